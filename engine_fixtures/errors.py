@@ -1,0 +1,39 @@
+"""Exceptions for expected, user-fixable problems.
+
+Every message names what went wrong *and* the fix (asv's ``UserError`` style). Tracebacks of these
+are noise to the user, so the pytest plugin shows them as one-line failures.
+"""
+
+from __future__ import annotations
+
+
+class PerfError(Exception):
+    """Base class: an expected problem whose message tells the user what to do."""
+
+
+class ConfigError(PerfError):
+    """A bad option, ini key, env variable or marker value; the message says where it came from."""
+
+
+class QuotaNotPermitted(PerfError):
+    """No writable cgroup CPU controller (v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``)."""
+
+
+class ProcessStartError(PerfError):
+    """A supervised process exited or timed out before it became ready."""
+
+
+class ProcessCrashed(PerfError):
+    """A supervised process died while it was being measured."""
+
+
+class LeakError(PerfError):
+    """A process, /dev/shm segment or cgroup outlived the thing that created it."""
+
+
+class BaselineError(PerfError):
+    """A baseline file is missing, corrupted, or in a format this version cannot read."""
+
+
+class MeasurementError(PerfError):
+    """A measurement is invalid (for example zero completed requests); never reported as a number."""

@@ -1,0 +1,17 @@
+"""The suite's fixtures, as a pytest plugin module. Each fixture lives next to its concern and is
+re-exported here so pytest finds it through the ``pytest11`` entry point."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_fixtures.options import SETTINGS_KEY, Settings
+
+
+@pytest.fixture(scope="session")
+def perf_settings(pytestconfig: pytest.Config) -> Settings:
+    """The session's resolved ``--perf-*`` options (frozen)."""
+    return pytestconfig.stash[SETTINGS_KEY]
+
+
+# Fixtures of each concern (added by the module that owns them):

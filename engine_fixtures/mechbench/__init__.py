@@ -1,0 +1,1 @@
+"""mechbench package."""

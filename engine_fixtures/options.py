@@ -1,0 +1,247 @@
+"""Every ``--perf-*`` option, defined once and shared by the pytest plugin and the CLIs.
+
+Precedence (pytest-timeout's): marker > command line > environment > ini > default. Every
+resolved value remembers where it came from, and every parse error names that place, e.g.
+``Invalid --perf-repeats '0' from PERF_REPEATS environment variable: must be >= 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine_fixtures.errors import ConfigError
+
+Parser = Callable[[str], Any]
+
+
+def parse_quota(text: str) -> float | str:
+    """``auto`` (each scenario's own quota), ``none`` (no quota at all) or cores > 0, e.g. ``1.5``."""
+    low = text.strip().lower()
+    if low in ("auto", "none"):
+        return low
+    try:
+        cores = float(low)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or a number of cores, got {text!r}") from None
+    if not cores > 0:
+        raise argparse.ArgumentTypeError(f"a CPU quota must be > 0 cores, got {text!r}")
+    return cores
+
+
+def parse_positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def parse_positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def parse_percent(text: str) -> float:
+    """``5`` or ``5%`` -> 0.05."""
+    value = parse_positive_float(text.strip().rstrip("%"))
+    return value / 100.0
+
+
+def parse_choice(*choices: str) -> Parser:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"expected one of {', '.join(choices)}, got {text!r}")
+        return text
+
+    parse.__name__ = "choice"
+    return parse
+
+
+def parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """``0``, ``0,1`` or ``2-5`` -> CPU ids for pinning the load client."""
+    cpus: list[int] = []
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            lo, _, hi = part.partition("-")
+            cpus.extend(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a CPU list like '0' or '0,2-3', got {text!r}") from None
+    if not cpus:
+        raise argparse.ArgumentTypeError(f"empty CPU list {text!r}")
+    return tuple(cpus)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: a CLI flag, an ini key and an environment variable with one help text."""
+
+    name: str  # attribute name in Settings, e.g. "repeats"
+    help: str
+    parse: Parser
+    default: Any
+    metavar: str = "VALUE"
+    flag: bool = False  # a store_true option (no value on the command line)
+
+    @property
+    def cli(self) -> str:
+        return "--perf-" + self.name.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return "perf_" + self.name
+
+    @property
+    def env(self) -> str:
+        return "PERF_" + self.name.upper()
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("cpu_quota", "CPU quota for the engine/producer cgroup: 'auto' uses each scenario's own quota, "
+           "'none' runs without any quota (quota arms are then skipped, never run unquota'd), or a number of "
+           "cores such as 13.6.", parse_quota, "auto", "auto|none|CORES"),
+    Option("baseline_dir", "Directory holding baselines/<machine_key>/<scenario>.json.", Path, Path("baselines"),
+           "DIR"),
+    Option("results_dir", "Directory for this run's results JSON, Markdown summary and HTML report.", Path,
+           Path(".perf-results"), "DIR"),
+    Option("update_baselines", "Write this run's results as the new baselines (same as 'perf-baseline update').",
+           parse_bool, False, flag=True),
+    Option("repeats", "Measured repeats per scenario (warmup is extra and kept apart).", parse_positive_int, 5, "N"),
+    Option("tolerance", "Override every gated metric's tolerance, e.g. 10 or 10%% (default: the metric "
+           "registry's value).", parse_percent, None, "PCT"),
+    Option("scale", "Size of the CPU-tier sweep: 'smoke' (CI, minutes) or 'full' (every arm).",
+           parse_choice("smoke", "full"), "smoke", "smoke|full"),
+    Option("model", "Model directory for GPU-tier engine tests (default: generate a dummy-weight one).", Path,
+           None, "DIR"),
+    Option("model_shape", "Dummy model to generate when --perf-model is not given.",
+           parse_choice("tiny", "qwen2.5-vl-3b", "qwen3-vl-4b"), "tiny", "NAME"),
+    Option("gpus", "GPU indices the engine may use, e.g. '0' or '0,1'.", parse_cpu_list, (0,), "LIST"),
+    Option("engine_timeout", "Seconds an engine may take to become ready.", parse_positive_float, 900.0, "S"),
+    Option("sample_hz", "Sampling rate of the CPU and GPU samplers.", parse_positive_float, 10.0, "HZ"),
+    Option("client_cpus", "Pin the load client to these CPUs (it always runs outside the engine's cgroup).",
+           parse_cpu_list, None, "LIST"),
+)
+OPTIONS_BY_NAME: Mapping[str, Option] = {o.name: o for o in OPTIONS}
+
+
+def add_options(addoption: Callable[..., Any], prefix: str = "perf-", names: tuple[str, ...] | None = None) -> None:
+    """Add options to a pytest group (prefix ``perf-``) or an argparse parser (prefix ``''``)."""
+    for opt in OPTIONS:
+        if names is not None and opt.name not in names:
+            continue
+        flag = "--" + prefix + opt.name.replace("_", "-")
+        default_text = f" Default: {opt.default!r}; env {opt.env}; ini {opt.ini}."
+        if opt.flag:
+            addoption(flag, action="store_true", default=None, help=opt.help + default_text)
+        else:
+            addoption(flag, metavar=opt.metavar, default=None, help=opt.help + default_text)
+
+
+def add_ini(parser: pytest.Parser) -> None:
+    for opt in OPTIONS:
+        parser.addini(opt.ini, opt.help, default=None)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    value: Any
+    source: str  # "default", "ini perf_x", "PERF_X environment variable", "--perf-x", "marker m(x=...)"
+
+
+def _parse(opt: Option, raw: Any, where: str) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return opt.parse(raw)
+    except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+        raise ConfigError(f"Invalid {opt.cli} {raw!r} from {where}: {exc}") from None
+
+
+def resolve(
+    name: str,
+    *,
+    cli: Any = None,
+    env: Mapping[str, str] | None = None,
+    ini: Any = None,
+    marker: tuple[str, Any] | None = None,
+) -> Resolved:
+    """Resolve one option by precedence marker > CLI > env > ini > default."""
+    opt = OPTIONS_BY_NAME[name]
+    env = os.environ if env is None else env
+    if marker is not None:
+        where, raw = marker
+        return Resolved(_parse(opt, raw, where), where)
+    if cli is not None:
+        return Resolved(_parse(opt, cli, f"command line {opt.cli}"), f"command line {opt.cli}")
+    if env.get(opt.env, "") != "":
+        where = f"{opt.env} environment variable"
+        return Resolved(_parse(opt, env[opt.env], where), where)
+    if ini not in (None, "", []):
+        where = f"ini key {opt.ini}"
+        return Resolved(_parse(opt, ini if not isinstance(ini, list) else ",".join(ini), where), where)
+    return Resolved(opt.default, "default")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The session's resolved options. Frozen: pass it around, never mutate it."""
+
+    cpu_quota: float | str = "auto"
+    baseline_dir: Path = Path("baselines")
+    results_dir: Path = Path(".perf-results")
+    update_baselines: bool = False
+    repeats: int = 5
+    tolerance: float | None = None
+    scale: str = "smoke"
+    model: Path | None = None
+    model_shape: str = "tiny"
+    gpus: tuple[int, ...] = (0,)
+    engine_timeout: float = 900.0
+    sample_hz: float = 10.0
+    client_cpus: tuple[int, ...] | None = None
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+
+def settings_from_values(cli: Mapping[str, Any], ini: Mapping[str, Any], env: Mapping[str, str] | None = None,
+                         root: Path | None = None) -> Settings:
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for opt in OPTIONS:
+        r = resolve(opt.name, cli=cli.get(opt.name), env=env, ini=ini.get(opt.name))
+        value = r.value
+        if isinstance(value, Path) and root is not None and not value.is_absolute():
+            value = root / value
+        values[opt.name] = value
+        sources[opt.name] = r.source
+    return Settings(**values, sources=sources)
+
+
+def settings_from_config(config: pytest.Config) -> Settings:
+    cli = {o.name: config.getoption(o.cli.lstrip("-").replace("-", "_"), None) for o in OPTIONS}
+    ini = {o.name: config.getini(o.ini) for o in OPTIONS}
+    return settings_from_values(cli, ini, root=config.rootpath)
+
+
+SETTINGS_KEY = pytest.StashKey[Settings]()
