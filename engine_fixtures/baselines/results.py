@@ -1,0 +1,158 @@
+"""The one results format shared by every tier: ``RunResult`` and the versioned ``ResultsFile``.
+
+Contract:
+- ``RunResult.samples[metric]`` holds one finite float per *measured* repeat; ``warmup`` has the
+  same shape and is kept apart (never judged). Every metric name must resolve through
+  ``baselines.metrics.metric`` so a typo fails at construction, not silently at judging time.
+- An empty sample tuple is rejected: "zero completed requests" must be a ``MeasurementError``
+  raised by the producer, never a result.
+- JSON: ``to_json()``/``from_json()`` are exact inverses; ``ResultsFile`` carries ``format_version``
+  and refuses unknown versions with a ``BaselineError`` that names the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from engine_fixtures.baselines.metrics import metric
+from engine_fixtures.errors import BaselineError
+
+RESULTS_FORMAT_VERSION = 1
+
+Samples = Mapping[str, tuple[float, ...]]
+
+
+def _freeze_samples(
+    raw: Mapping[str, Sequence[float]], what: str, scenario: str, *, allow_empty: bool
+) -> Samples:
+    out: dict[str, tuple[float, ...]] = {}
+    for name, values in raw.items():
+        metric(name)  # raises UnknownMetric naming the known ones
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise TypeError(f"{scenario}: {what}[{name!r}] must be a sequence of numbers, got {values!r}")
+        vals = tuple(float(v) for v in values)
+        if not vals and not allow_empty:
+            raise ValueError(f"{scenario}: {what}[{name!r}] is empty; a metric with no measured repeat is an "
+                             "error (raise MeasurementError where it was measured)")
+        bad = [v for v in vals if not math.isfinite(v)]
+        if bad:
+            raise ValueError(f"{scenario}: {what}[{name!r}] has non-finite values {bad}")
+        out[name] = vals
+    return MappingProxyType(dict(sorted(out.items())))
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One measured scenario: raw per-repeat samples per metric, warmup kept apart."""
+
+    scenario: str
+    arm: Mapping[str, str]
+    samples: Samples
+    warmup: Samples = field(default_factory=lambda: MappingProxyType({}))
+    metadata: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if not self.scenario or not isinstance(self.scenario, str):
+            raise ValueError(f"RunResult.scenario must be a non-empty stable id, got {self.scenario!r}")
+        if not self.samples:
+            raise ValueError(f"{self.scenario}: RunResult has no samples")
+        object.__setattr__(self, "arm", MappingProxyType({str(k): str(v) for k, v in self.arm.items()}))
+        samples = _freeze_samples(self.samples, "samples", self.scenario, allow_empty=False)
+        warmup = _freeze_samples(self.warmup, "warmup", self.scenario, allow_empty=True)
+        object.__setattr__(self, "samples", samples)
+        object.__setattr__(self, "warmup", warmup)
+        object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "arm": dict(self.arm),
+            "samples": {k: list(v) for k, v in self.samples.items()},
+            "warmup": {k: list(v) for k, v in self.warmup.items()},
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunResult:
+        try:
+            return cls(scenario=data["scenario"], arm=data.get("arm", {}), samples=data["samples"],
+                       warmup=data.get("warmup", {}), metadata=data.get("metadata", {}))
+        except KeyError as exc:
+            raise ValueError(f"a run result is missing the key {exc}") from None
+
+
+@dataclass(frozen=True)
+class ResultsFile:
+    """All results of one run plus the run's metadata (what ``--perf-results-dir`` receives)."""
+
+    results: tuple[RunResult, ...]
+    machine_key: str
+    machine: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    suite_commit: str = ""
+    date: str = ""  # ISO 8601, UTC
+    command: str = ""
+    versions: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    format_version: int = RESULTS_FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "results", tuple(self.results))
+        object.__setattr__(self, "machine", MappingProxyType(dict(self.machine)))
+        object.__setattr__(self, "versions", MappingProxyType(dict(self.versions)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": self.format_version,
+            "machine_key": self.machine_key,
+            "machine": dict(self.machine),
+            "suite_commit": self.suite_commit,
+            "date": self.date,
+            "command": self.command,
+            "versions": dict(self.versions),
+            "results": [r.to_json() for r in self.results],
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], source: str = "<data>") -> ResultsFile:
+        version = data.get("format_version") if isinstance(data, Mapping) else None
+        if version != RESULTS_FORMAT_VERSION:
+            raise BaselineError(
+                f"{source}: results format_version {version!r} is not {RESULTS_FORMAT_VERSION}; "
+                "re-run the suite with this version to produce a fresh results file"
+            )
+        try:
+            return cls(
+                results=tuple(RunResult.from_json(r) for r in data["results"]),
+                machine_key=data["machine_key"],
+                machine=data.get("machine", {}),
+                suite_commit=data.get("suite_commit", ""),
+                date=data.get("date", ""),
+                command=data.get("command", ""),
+                versions=data.get("versions", {}),
+            )
+        except (KeyError, ValueError, TypeError) as exc:
+            raise BaselineError(
+                f"{source}: not a valid results file ({exc}); re-run the suite to regenerate it"
+            ) from None
+
+    @classmethod
+    def load(cls, path: Path) -> ResultsFile:
+        """Read a results JSON; ``BaselineError`` names the file when it is unreadable or malformed."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise BaselineError(f"results file {path} does not exist; pass a results JSON written by a "
+                                "suite run (see --perf-results-dir)") from None
+        except (OSError, ValueError) as exc:
+            raise BaselineError(
+                f"results file {path} cannot be read as JSON ({exc}); re-run the suite"
+            ) from None
+        return cls.from_json(data, source=str(path))
