@@ -12,3 +12,49 @@ MARKERS: dict[str, str] = {
     "mechanism": "the CPU-tier SHM copy-path mechanism benchmark (real /dev/shm, real processes, real cgroup).",
     "slow": "takes minutes; the 'unit' tox env deselects it unless --perf-scale full.",
 }
+
+
+def xdist_reason(config: object) -> str | None:
+    """Measurements and parallel workers on the same CPUs do not mix (pytest-benchmark's rule)."""
+    getoption = getattr(config, "getoption", None)
+    workers = getoption("numprocesses", None) if getoption else None
+    if workers:
+        return (f"measurements are not reliable under pytest-xdist (-n {workers}): the workers share the CPUs "
+                "being measured; run the perf tests with -n0")
+    return None
+
+
+def engine_skip_reason() -> str | None:
+    """Why the real engine cannot start here, or None. Looks for SGLang without importing it."""
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is None:
+        return ("SGLang is not installed in this environment; install the GPU tier with "
+                "`pip install -e '.[engine]'` (or run `tox -e perf-gpu`) on a machine with an NVIDIA GPU")
+    return None
+
+
+def gpu_skip_reason(count: int = 1) -> str | None:
+    """Why COUNT GPUs are not usable here, or None. Uses NVML, never initialises CUDA in pytest."""
+    from engine_fixtures.sampling.gpu import gpu_inventory
+
+    inventory = gpu_inventory()
+    if isinstance(inventory, str):
+        return f"needs {count} NVIDIA GPU(s): {inventory}"
+    if len(inventory) < count:
+        import os
+
+        cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return (f"needs {count} NVIDIA GPU(s), found {len(inventory)} (CUDA_VISIBLE_DEVICES={cvd!r}); run on a "
+                f"runner with {count} GPUs")
+    return None
+
+
+def cgroup_skip_reason(quota_setting: object, source: str) -> str | None:
+    """Why a CPU quota cannot be applied, or None."""
+    if quota_setting == "none":
+        return (f"CPU quotas are disabled (--perf-cpu-quota none from {source}); this test measures under a "
+                "quota and is never run without one")
+    from engine_fixtures.cgroups import probe_quota_support
+
+    return probe_quota_support()

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import pytest
 
-from engine_fixtures import marks, options
+from engine_fixtures import marks, options, report_sections
+from engine_fixtures.errors import PerfError
+
+_MACHINE_KEY = pytest.StashKey[object]()
+_SKIP_CACHE_KEY = pytest.StashKey[dict[tuple[str, object], str | None]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -13,7 +19,66 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_ini(parser)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     for signature, text in marks.MARKERS.items():
         config.addinivalue_line("markers", f"{signature}: {text}")
-    config.stash[options.SETTINGS_KEY] = options.settings_from_config(config)
+    try:
+        settings = options.settings_from_config(config)
+    except PerfError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[options.SETTINGS_KEY] = settings
+    config.stash[_SKIP_CACHE_KEY] = {}
+
+    # INTEGRATION PENDING: machine info and the perf session are wired once their modules land.
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    machine = config.stash.get(_MACHINE_KEY, None)
+    settings = config.stash[options.SETTINGS_KEY]
+    lines = list(machine.header_lines()) if machine is not None else []
+    changed = [f"{name}={getattr(settings, name)!r} ({src})" for name, src in settings.sources.items()
+               if src != "default"]
+    lines.append("perf options: " + (", ".join(changed) if changed else "all defaults"))
+    return lines
+
+
+def _cached_reason(config: pytest.Config, key: tuple[str, object], compute) -> str | None:
+    cache = config.stash[_SKIP_CACHE_KEY]
+    if key not in cache:
+        cache[key] = compute()
+    return cache[key]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip what cannot run here, each with a reason that states the fact and the fix."""
+    settings = config.stash[options.SETTINGS_KEY]
+    xdist = marks.xdist_reason(config)
+    for item in items:
+        reason = None
+        measured = any(item.get_closest_marker(m) for m in ("perf", "mechanism", "engine"))
+        if xdist and measured:
+            reason = xdist
+        gpu = item.get_closest_marker("gpu")
+        if reason is None and gpu is not None:
+            count = int(gpu.kwargs.get("count", gpu.args[0] if gpu.args else 1))
+            reason = _cached_reason(config, ("gpu", count), lambda c=count: marks.gpu_skip_reason(c))
+        if reason is None and item.get_closest_marker("engine") is not None:
+            reason = _cached_reason(config, ("engine", None), marks.engine_skip_reason)
+        cg = item.get_closest_marker("cgroup")
+        if reason is None and cg is not None:
+            quota = cg.kwargs.get("quota", settings.cpu_quota)
+            source = "marker cgroup(quota=...)" if "quota" in cg.kwargs else settings.sources["cpu_quota"]
+            key = ("cgroup", quota if quota == "none" else "any")
+            reason = _cached_reason(config, key, lambda q=quota, s=source: marks.cgroup_skip_reason(q, s))
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, object, object]:
+    report = yield
+    if getattr(report, "failed", False):
+        for title, text in report_sections.sections_for(item):
+            report.sections.append((title, text))
+    return report
