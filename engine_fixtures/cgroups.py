@@ -1,0 +1,403 @@
+"""Real cgroup CPU quota sandbox (cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``).
+
+Contracts:
+- ``effective_cpu_quota(pid)``: cores the cgroup hierarchy allows ``pid`` (min over the process's
+  cgroup and all its ancestors, in every hierarchy that has a cpu controller); ``None`` if unlimited.
+- ``probe_quota_support()``: ``None`` if a child cgroup with a quota can be created here, else a
+  reason stating the fact and the fix.
+- ``CpuQuota(cores)``: a uniquely named ``perf-*`` child cgroup with that quota (``None`` = no limit,
+  still accounted). Leaving the ``with`` block SIGKILLs whatever is still inside and removes the
+  cgroup, also after an exception. Backends: ``V2Backend`` and ``V1Backend`` (one interface).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import psutil
+
+from engine_fixtures.errors import LeakError, QuotaNotPermitted
+
+PERIOD_US = 100_000
+PREFIX = "perf-"
+NO_QUOTA_FIX = "or pass `--perf-cpu-quota none` to run without quotas (quota arms are then skipped)"
+
+
+@dataclass(frozen=True)
+class CpuStat:
+    """Cumulative CPU accounting of one cgroup; ``after - before`` gives the window's delta."""
+
+    usage_s: float
+    nr_periods: int
+    nr_throttled: int
+    throttled_s: float
+
+    def __sub__(self, other: CpuStat) -> CpuStat:
+        return CpuStat(self.usage_s - other.usage_s, self.nr_periods - other.nr_periods,
+                       self.nr_throttled - other.nr_throttled, self.throttled_s - other.throttled_s)
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One mounted cgroup hierarchy: v1 with its controllers, or the v2 unified tree."""
+
+    mountpoint: Path
+    root: str  # the mount's root inside the hierarchy (not "/" under a cgroup namespace or bind mount)
+    version: int
+    controllers: frozenset[str]  # v1 only; v2 controllers are per directory (cgroup.controllers)
+
+
+@dataclass(frozen=True)
+class CgroupMounts:
+    """The cgroup hierarchies mounted here, from ``/proc/self/mountinfo``."""
+
+    mounts: tuple[Mount, ...]
+
+    @classmethod
+    def discover(cls, mountinfo: Path = Path("/proc/self/mountinfo")) -> CgroupMounts:
+        found: list[Mount] = []
+        for line in mountinfo.read_text().splitlines():
+            left, _, right = line.partition(" - ")
+            fields, tail = left.split(), right.split()
+            if len(fields) < 5 or len(tail) < 3 or tail[0] not in ("cgroup", "cgroup2"):
+                continue
+            version = 2 if tail[0] == "cgroup2" else 1
+            ctrls = frozenset(tail[2].split(",")) if version == 1 else frozenset()
+            found.append(Mount(Path(fields[4]), fields[3], version, ctrls))
+        return cls(tuple(found))
+
+    @property
+    def v2(self) -> Mount | None:
+        return next((m for m in self.mounts if m.version == 2), None)
+
+    def v1(self, controller: str) -> Mount | None:
+        return next((m for m in self.mounts if m.version == 1 and controller in m.controllers), None)
+
+    def cpu_tops(self) -> tuple[Path, ...]:
+        """Mountpoints of the v1 cpu/cpuacct hierarchies and of the v2 tree."""
+        tops = [m.mountpoint for m in self.mounts if m.version == 2 or m.controllers & {"cpu", "cpuacct"}]
+        return tuple(dict.fromkeys(tops))
+
+
+def cgroup_paths_of(pid: int, mounts: CgroupMounts, controller: str,
+                    require_v2_controller: bool = False) -> list[tuple[Path, Path, int]]:
+    """(leaf directory, mountpoint, version) of ``pid``'s cgroup in each hierarchy holding ``controller``.
+
+    v2 is included for ``cpu`` (cpu.max may sit on any ancestor); with ``require_v2_controller`` only if
+    the leaf's ``cgroup.controllers`` lists it."""
+    out: list[tuple[Path, Path, int]] = []
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        hid, _, rest = line.partition(":")
+        ctrls, _, path = rest.partition(":")
+        mount = mounts.v2 if hid == "0" and ctrls == "" else None
+        if mount is None and controller in ctrls.split(","):
+            mount = mounts.v1(controller)
+        if mount is None or (mount.version == 2 and controller != "cpu"):
+            continue
+        rel = os.path.relpath(path, mount.root)
+        if rel.startswith(".."):
+            continue  # this cgroup lies outside what the mount shows
+        leaf = mount.mountpoint if rel == "." else mount.mountpoint / rel
+        if mount.version == 2 and require_v2_controller:
+            ctrl_file = leaf / "cgroup.controllers"
+            if not ctrl_file.exists() or controller not in ctrl_file.read_text().split():
+                continue
+        out.append((leaf, mount.mountpoint, mount.version))
+    return out
+
+
+def _read_kv(path: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in path.read_text().splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().lstrip("-").isdigit():
+            out[key] = int(value)
+    return out
+
+
+def parse_cpu_max(text: str) -> float | None:
+    """``"max 100000"`` -> None, ``"50000 100000"`` -> 0.5 cores."""
+    quota, _, period = text.strip().partition(" ")
+    if quota == "max":
+        return None
+    return int(quota) / int(period or PERIOD_US)
+
+
+def format_cpu_max(cores: float | None, period_us: int = PERIOD_US) -> str:
+    """Inverse of ``parse_cpu_max``: None -> ``"max 100000"``, 0.5 -> ``"50000 100000"``."""
+    return f"max {period_us}" if cores is None else f"{_quota_us(cores, period_us)} {period_us}"
+
+
+def _quota_us(cores: float, period_us: int) -> int:
+    if not cores > 0:
+        raise ValueError(f"a CPU quota must be > 0 cores, got {cores!r}")
+    return max(1000, round(cores * period_us))  # the kernel's minimum quota is 1 ms
+
+
+def _limit_at(directory: Path, version: int) -> float | None:
+    if version == 2:
+        f = directory / "cpu.max"
+        return parse_cpu_max(f.read_text()) if f.exists() else None
+    quota_f, period_f = directory / "cpu.cfs_quota_us", directory / "cpu.cfs_period_us"
+    if not quota_f.exists():
+        return None
+    quota = int(quota_f.read_text())
+    return None if quota < 0 else quota / int(period_f.read_text())
+
+
+def quota_along(leaf: Path, top: Path, version: int) -> float | None:
+    """Min quota (cores) from ``leaf`` up to and including ``top``; None if none of them limits."""
+    limits: list[float] = []
+    directory = leaf
+    while True:
+        limit = _limit_at(directory, version)
+        if limit is not None:
+            limits.append(limit)
+        if directory == top or directory.parent == directory or top not in directory.parents:
+            break
+        directory = directory.parent
+    return min(limits) if limits else None
+
+
+def effective_cpu_quota(pid: int | None = None, mounts: CgroupMounts | None = None) -> float | None:
+    """Cores the cgroup hierarchy allows process ``pid`` (default: this one); None if unlimited."""
+    mounts = mounts or CgroupMounts.discover()
+    limits = [q for leaf, top, version in cgroup_paths_of(pid or os.getpid(), mounts, "cpu")
+              if (q := quota_along(leaf, top, version)) is not None]
+    return min(limits) if limits else None
+
+
+class Backend:
+    """One cgroup version: create/limit/add/list/stat/remove one child cgroup."""
+
+    version: int
+    paths: tuple[Path, ...]  # every directory this cgroup occupies (v1: cpu and cpuacct hierarchies)
+
+    def create(self, cores: float | None) -> None:
+        raise NotImplementedError
+
+    def stat(self) -> CpuStat:
+        raise NotImplementedError
+
+    def procs_files(self) -> tuple[Path, ...]:
+        return tuple(p / "cgroup.procs" for p in self.paths)
+
+    def pids(self) -> tuple[int, ...]:
+        pids: set[int] = set()
+        for f in self.procs_files():
+            if f.exists():
+                pids.update(int(x) for x in f.read_text().split())
+        return tuple(sorted(pids))
+
+    def remove(self) -> None:
+        for p in reversed(self.paths):
+            with contextlib.suppress(FileNotFoundError):
+                p.rmdir()
+
+
+class V2Backend(Backend):
+    """cgroup v2: ``cpu.max``; the parent's ``cgroup.subtree_control`` must include ``cpu``."""
+
+    version = 2
+
+    def __init__(self, parent: Path, name: str) -> None:
+        self.parent = parent
+        self.paths = (parent / name,)
+
+    def _enable_cpu(self) -> None:
+        control = self.parent / "cgroup.subtree_control"
+        if "cpu" in control.read_text().split():
+            return
+        available = (self.parent / "cgroup.controllers").read_text().split()
+        if "cpu" not in available:
+            raise QuotaNotPermitted(
+                f"cgroup v2 at {self.parent} has no cpu controller (it offers {' '.join(available)!r}); "
+                f"delegate it from the parent (echo +cpu > <parent>/cgroup.subtree_control), {NO_QUOTA_FIX}")
+        try:
+            control.write_text("+cpu")
+        except OSError as exc:
+            raise QuotaNotPermitted(
+                f"cannot enable the cpu controller in {control} ({exc.strerror}); run as root or delegate "
+                f"the subtree (cgroup.subtree_control needs +cpu, e.g. systemd-run --user -p Delegate=yes), "
+                f"{NO_QUOTA_FIX}") from None
+
+    def create(self, cores: float | None) -> None:
+        self._enable_cpu()
+        self.paths[0].mkdir()
+        (self.paths[0] / "cpu.max").write_text(format_cpu_max(cores))
+
+    def stat(self) -> CpuStat:
+        kv = _read_kv(self.paths[0] / "cpu.stat")
+        return CpuStat(kv.get("usage_usec", 0) / 1e6, kv.get("nr_periods", 0), kv.get("nr_throttled", 0),
+                       kv.get("throttled_usec", 0) / 1e6)
+
+
+class V1Backend(Backend):
+    """cgroup v1: quota in the ``cpu`` hierarchy, usage from ``cpuacct.usage`` (co-mounted or separate)."""
+
+    version = 1
+
+    def __init__(self, cpu_parent: Path, acct_parent: Path | None, name: str) -> None:
+        cpu = cpu_parent / name
+        self.acct = (acct_parent / name) if acct_parent is not None else None
+        self.paths = (cpu,) if self.acct is None or self.acct == cpu else (cpu, self.acct)
+
+    def create(self, cores: float | None) -> None:
+        for p in self.paths:
+            p.mkdir()
+        cpu = self.paths[0]
+        (cpu / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+        (cpu / "cpu.cfs_quota_us").write_text("-1" if cores is None else str(_quota_us(cores, PERIOD_US)))
+
+    def stat(self) -> CpuStat:
+        kv = _read_kv(self.paths[0] / "cpu.stat")
+        usage_ns = int((self.acct / "cpuacct.usage").read_text()) if self.acct is not None else 0
+        return CpuStat(usage_ns / 1e9, kv.get("nr_periods", 0), kv.get("nr_throttled", 0),
+                       kv.get("throttled_time", 0) / 1e9)
+
+
+def _backend_for(root: Path | None, name: str) -> Backend:
+    """A backend under ``root`` (a cgroup directory: v2 if it has cgroup.controllers, else v1), or under
+    this process's own cgroup in the real hierarchy (v2 if it has a cpu controller, else v1)."""
+    if root is not None:
+        if (root / "cgroup.controllers").exists():
+            return V2Backend(root, name)
+        acct = root if (root / "cpuacct.usage").exists() else None
+        return V1Backend(root, acct, name)
+    mounts = CgroupMounts.discover()
+    own = {(version, ctrl): leaf for ctrl in ("cpu", "cpuacct")
+           for leaf, _top, version in cgroup_paths_of(os.getpid(), mounts, ctrl, require_v2_controller=True)}
+    if (2, "cpu") in own:
+        return V2Backend(own[(2, "cpu")], name)
+    if (1, "cpu") in own:
+        return V1Backend(own[(1, "cpu")], own.get((1, "cpuacct")), name)
+    v2 = mounts.v2
+    detail = f"cgroup v2 at {v2.mountpoint} lacks the cpu controller" if v2 else "no cgroup v2 mount"
+    raise QuotaNotPermitted(
+        f"no cgroup CPU controller is available ({detail}, no v1 cpu hierarchy mounted); mount one or "
+        f"delegate cpu to this cgroup (cgroup.subtree_control needs +cpu), {NO_QUOTA_FIX}")
+
+
+class CpuQuota:
+    """A ``perf-<name>-<uuid>`` child cgroup with a CPU quota of ``cores`` (None: unlimited, accounted)."""
+
+    def __init__(self, cores: float | None, *, name: str = "perf", root: Path | None = None,
+                 kill_timeout_s: float = 10.0) -> None:
+        if cores is not None and not cores > 0:
+            raise ValueError(f"CpuQuota cores must be > 0 or None, got {cores!r}")
+        self.cores = cores
+        base = name.removeprefix("perf").strip("-")
+        self.name = f"{PREFIX}{base + '-' if base else ''}{uuid.uuid4().hex[:8]}"
+        self.kill_timeout_s = kill_timeout_s
+        self._backend = _backend_for(root, self.name)
+        self._created = False
+
+    @property
+    def version(self) -> int:
+        return self._backend.version
+
+    @property
+    def path(self) -> Path:
+        """The directory holding the quota (v1: in the cpu hierarchy)."""
+        return self._backend.paths[0]
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        return self._backend.paths
+
+    def __enter__(self) -> CpuQuota:
+        try:
+            self._backend.create(self.cores)
+        except PermissionError as exc:
+            self._remove_quietly()
+            raise QuotaNotPermitted(
+                f"cannot create cgroup {self.path} ({exc.strerror}); run as root, or on cgroup v2 delegate "
+                f"the subtree to this user (cgroup.subtree_control needs +cpu), {NO_QUOTA_FIX}") from None
+        except OSError as exc:
+            self._remove_quietly()
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT):
+                raise QuotaNotPermitted(f"cannot set a CPU quota in {self.path} ({exc}); {NO_QUOTA_FIX}") \
+                    from None
+            raise
+        self._created = True
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """SIGKILL everything still inside, wait for it, remove the cgroup. Idempotent."""
+        if not self._created:
+            return
+        self.kill_all(self.kill_timeout_s)
+        self._backend.remove()
+        self._created = False
+
+    def _remove_quietly(self) -> None:
+        with contextlib.suppress(OSError):
+            self._backend.remove()
+
+    def kill_all(self, timeout_s: float) -> None:
+        """SIGKILL every process in the cgroup until it is empty; LeakError if one survives the timeout."""
+        deadline = time.monotonic() + timeout_s
+        while pids := self._backend.pids():
+            procs = []
+            for pid in pids:
+                try:
+                    p = psutil.Process(pid)
+                    p.send_signal(signal.SIGKILL)
+                    procs.append(p)
+                except psutil.NoSuchProcess:
+                    pass
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise LeakError(f"processes {pids} survived SIGKILL in cgroup {self.path} for {timeout_s} s "
+                                f"(uninterruptible sleep?); inspect them with `ps -o pid,stat,wchan -p ...`")
+            psutil.wait_procs(procs, timeout=min(left, 0.5))
+
+    def add_pid(self, pid: int) -> None:
+        """Move process ``pid`` (all its threads) into this cgroup."""
+        for f in self._backend.procs_files():
+            f.write_text(str(pid))
+
+    def preexec_fn(self) -> Callable[[], None]:
+        """For ``Popen(preexec_fn=...)``: the child joins before exec, so its whole tree starts inside."""
+        files = [str(f) for f in self._backend.procs_files()]
+
+        def join() -> None:
+            for f in files:
+                fd = os.open(f, os.O_WRONLY)
+                try:
+                    os.write(fd, str(os.getpid()).encode())
+                finally:
+                    os.close(fd)
+
+        return join
+
+    def pids(self) -> tuple[int, ...]:
+        return self._backend.pids()
+
+    def stat(self) -> CpuStat:
+        """Cumulative usage and throttling since creation."""
+        return self._backend.stat()
+
+
+def probe_quota_support(root: Path | None = None) -> str | None:
+    """None if a child cgroup with a quota can be created here; else the fact and the fix."""
+    try:
+        with CpuQuota(0.5, name="probe", root=root):
+            pass
+    except QuotaNotPermitted as exc:
+        return str(exc)
+    return None
+
