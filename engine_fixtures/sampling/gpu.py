@@ -1,0 +1,223 @@
+"""NVIDIA GPU metrics through NVML (nvidia-ml-py): utilisation, memory, SM clock, power, per-process memory.
+
+NVML talks to the driver only; it never creates a CUDA context, so using it here does not initialise
+CUDA in the test process. Where NVML cannot be loaded, ``available()`` / ``gpu_inventory()`` return
+the reason as a fact and no GPU number is produced. GPU indices are NVML's (as ``nvidia-smi`` shows).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+
+import numpy as np
+import pynvml
+
+from engine_fixtures.errors import ConfigError
+from engine_fixtures.sampling.base import Ticker, require_closed
+
+PidsFn = Callable[[], Mapping[str, Sequence[int]] | Sequence[int]]
+_MIB = 1024 * 1024
+_NOT_COLLECTED = "GPU metrics are not collected"
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as NVML reports it."""
+
+    index: int
+    name: str
+    memory_total_mib: float
+    driver: str
+    uuid: str
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _reason(exc: pynvml.NVMLError) -> str:
+    if isinstance(exc, pynvml.NVMLError_LibraryNotFound):
+        fact = "libnvidia-ml.so.1 not found (NVIDIA driver not installed)"
+        return f"NVML not available: {fact}; {_NOT_COLLECTED}"
+    if isinstance(exc, pynvml.NVMLError_DriverNotLoaded):
+        fact = "the NVIDIA kernel driver is not loaded (check with nvidia-smi)"
+        return f"NVML not available: {fact}; {_NOT_COLLECTED}"
+    if isinstance(exc, pynvml.NVMLError_NoPermission):
+        return f"NVML not available: no permission to open /dev/nvidia* ({exc}); {_NOT_COLLECTED}"
+    return f"NVML not available: {exc}; {_NOT_COLLECTED}"
+
+
+@contextlib.contextmanager
+def nvml_session() -> Iterator[None]:
+    """``nvmlInit`` ... ``nvmlShutdown`` (NVML reference-counts these, so nesting is fine)."""
+    pynvml.nvmlInit()
+    try:
+        yield
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def nvml_reason() -> str | None:
+    """None if NVML can be initialised here, else why not (a fact, stated for the report)."""
+    try:
+        with nvml_session():
+            return None
+    except pynvml.NVMLError as exc:
+        return _reason(exc)
+
+
+def _cuda_visible(infos: list[GpuInfo], env: str | None) -> list[GpuInfo]:
+    """The subset of ``infos`` that ``CUDA_VISIBLE_DEVICES`` (indices or GPU-UUID prefixes) exposes."""
+    if env is None:
+        return infos
+    chosen: list[GpuInfo] = []
+    for item in (x.strip() for x in env.split(",")):
+        if not item:
+            break  # CUDA stops at the first empty/invalid entry
+        match = [g for g in infos if (item.isdigit() and g.index == int(item)) or
+                 (item.startswith("GPU-") and g.uuid.startswith(item))]
+        if not match:
+            break
+        chosen.extend(g for g in match if g not in chosen)
+    return chosen
+
+
+def gpu_inventory() -> list[GpuInfo] | str:
+    """The GPUs this process may use (NVML devices filtered by ``CUDA_VISIBLE_DEVICES``), or why none."""
+    try:
+        with nvml_session():
+            driver = _text(pynvml.nvmlSystemGetDriverVersion())
+            infos = []
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                infos.append(GpuInfo(i, _text(pynvml.nvmlDeviceGetName(h)),
+                                     pynvml.nvmlDeviceGetMemoryInfo(h).total / _MIB, driver,
+                                     _text(pynvml.nvmlDeviceGetUUID(h))))
+    except pynvml.NVMLError as exc:
+        return _reason(exc)
+    return _cuda_visible(infos, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+class GpuSampler:
+    """Samples the GPUs ``indices`` every ``interval_s`` inside the window (ticks plus one at exit).
+
+    Summary over all samples of all listed GPUs: ``gpu.util.mean/p50/p95`` (NVML utilisation %, each
+    reading averages the driver's last sample period), ``gpu.mem_used_mib.max`` (peak on any listed
+    GPU), ``gpu.sm_clock_mhz.mean``, ``gpu.power_w.mean`` (only where the GPU reports power) and
+    ``gpu.proc_mem_mib.<key>``: peak GPU memory summed over the key's pids, where ``pids_fn()``
+    returns ``{role: pids}`` (key = role) or a list of pids (key = pid). NVML may not report per-process
+    memory (no permission, or pids from another PID namespace); then no ``proc_mem`` metric is given
+    and ``proc_mem_unavailable`` says why.
+    """
+
+    def __init__(self, indices: Sequence[int], pids_fn: PidsFn | None = None, interval_s: float = 0.1,
+                 name: str = "gpu") -> None:
+        if not indices:
+            raise ConfigError("GpuSampler: give at least one GPU index (NVML numbering, as nvidia-smi shows)")
+        self.name = name
+        self.indices = tuple(indices)
+        self.proc_mem_unavailable: str | None = None
+        self._pids_fn = pids_fn
+        self._ticker = Ticker(name, self._sample, interval_s)
+        self._handles: list[object] = []
+        self._power_ok = True
+        self._util: list[float] = []
+        self._mem: list[float] = []
+        self._clock: list[float] = []
+        self._power: list[float] = []
+        self._proc_mem: dict[str, float] = {}
+        self._nvml_pids: set[int] = set()
+        self._closed = False
+        self._exit = contextlib.ExitStack()
+
+    def available(self) -> str | None:
+        try:
+            with nvml_session():
+                count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as exc:
+            return _reason(exc)
+        missing = [i for i in self.indices if not 0 <= i < count]
+        if missing:
+            return f"GPU indices {missing} requested but NVML sees {count} GPU(s); {_NOT_COLLECTED}"
+        return None
+
+    def __enter__(self) -> GpuSampler:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(nvml_session())
+            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in self.indices]
+            self._exit = stack.pop_all()
+        self._ticker.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            self._ticker.stop()
+            self._sample()
+        finally:
+            self._exit.close()
+            self._closed = True
+
+    def _sample(self) -> None:
+        per_pid: dict[int, float | None] = {}
+        for h in self._handles:
+            self._util.append(float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
+            self._mem.append(pynvml.nvmlDeviceGetMemoryInfo(h).used / _MIB)
+            self._clock.append(float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)))
+            if self._power_ok:
+                try:
+                    self._power.append(pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0)
+                except pynvml.NVMLError_NotSupported:
+                    self._power_ok = False
+            if self._pids_fn is not None:
+                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+                    used = None if p.usedGpuMemory is None else p.usedGpuMemory / _MIB
+                    prev = per_pid.get(p.pid, 0.0)
+                    per_pid[p.pid] = None if used is None or prev is None else prev + used
+        if self._pids_fn is not None:
+            self._record_proc_mem(per_pid)
+
+    def _record_proc_mem(self, per_pid: Mapping[int, float | None]) -> None:
+        self._nvml_pids.update(per_pid)
+        wanted = self._pids_fn() if self._pids_fn is not None else {}
+        groups = (dict(wanted) if isinstance(wanted, Mapping) else {str(p): (p,) for p in wanted})
+        for key, pids in groups.items():
+            seen = [per_pid[p] for p in pids if p in per_pid]
+            if not seen:
+                continue
+            if any(v is None for v in seen):
+                self.proc_mem_unavailable = (f"NVML lists pids of {key!r} but without their memory "
+                                             "(NVML_VALUE_NOT_AVAILABLE: no permission or not supported)")
+                continue
+            total = sum(v for v in seen if v is not None)
+            self._proc_mem[key] = max(self._proc_mem.get(key, 0.0), total)
+
+    def summary(self) -> dict[str, float]:
+        require_closed(self.name, self._closed)
+        util = np.asarray(self._util)
+        out = {
+            "gpu.util.mean": float(util.mean()),
+            "gpu.util.p50": float(np.percentile(util, 50)),
+            "gpu.util.p95": float(np.percentile(util, 95)),
+            "gpu.mem_used_mib.max": max(self._mem),
+            "gpu.sm_clock_mhz.mean": float(np.mean(self._clock)),
+        }
+        if self._power_ok and self._power:
+            out["gpu.power_w.mean"] = float(np.mean(self._power))
+        out.update({f"gpu.proc_mem_mib.{k}": v for k, v in sorted(self._proc_mem.items())})
+        if self._pids_fn is not None and not self._proc_mem and self.proc_mem_unavailable is None:
+            self.proc_mem_unavailable = (
+                f"none of the sampled pids appear in NVML's compute process list {sorted(self._nvml_pids)} "
+                "(not using the GPU, or NVML reports pids of another PID namespace)")
+        return out
+
+    @property
+    def self_cpu_s(self) -> float:
+        """CPU seconds the sampling thread itself used (its overhead)."""
+        return self._ticker.self_cpu_s
+
