@@ -54,6 +54,7 @@ class Ticker:
         self.self_cpu_s = 0.0
         self._tick = tick
         self._stop = threading.Event()
+        self._ticked = threading.Condition()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=f"sampler-{name}", daemon=True)
 
@@ -73,11 +74,22 @@ class Ticker:
                 if self._stop.wait(max(0.0, next_at - time.monotonic())):
                     return
                 self._tick()
-                self.ticks += 1
+                with self._ticked:
+                    self.ticks += 1
+                    self._ticked.notify_all()
         except BaseException as exc:
             self._error = exc
         finally:
             self.self_cpu_s = time.thread_time() - cpu0
+            with self._ticked:
+                self._ticked.notify_all()
+
+    def wait_ticks(self, n: int, timeout_s: float) -> bool:
+        """Block until ``n`` ticks completed (True), or the thread ended / ``timeout_s`` passed (False)."""
+        with self._ticked:
+            return self._ticked.wait_for(
+                lambda: self.ticks >= n or not self._thread.is_alive(), timeout=timeout_s
+            ) and self.ticks >= n
 
     def stop(self, join_timeout_s: float = 10.0) -> None:
         """Stop the thread; raise ``MeasurementError`` if it failed or does not stop in time."""

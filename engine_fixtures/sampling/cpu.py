@@ -87,6 +87,15 @@ class CpuSampler:
         """CPU seconds the sampling thread itself used (its overhead)."""
         return self._ticker.self_cpu_s
 
+    def wait_ticks(self, n: int, timeout_s: float) -> bool:
+        """Block until ``n`` samples were taken inside the window (False on timeout or sampler failure)."""
+        return self._ticker.wait_ticks(n, timeout_s)
+
+    @property
+    def wall_s(self) -> float:
+        """The closed window's wall-clock duration in seconds."""
+        return self._wall_s
+
     @property
     def ticks(self) -> int:
         return self._ticker.ticks

@@ -221,3 +221,7 @@ class GpuSampler:
         """CPU seconds the sampling thread itself used (its overhead)."""
         return self._ticker.self_cpu_s
 
+    def wait_ticks(self, n: int, timeout_s: float) -> bool:
+        """Block until ``n`` samples were taken inside the window (False on timeout or sampler failure)."""
+        return self._ticker.wait_ticks(n, timeout_s)
+

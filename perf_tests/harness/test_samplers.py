@@ -1,0 +1,253 @@
+"""Samplers against real processes, a real cgroup quota and the real NVML (or its real absence)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+
+import psutil
+import pytest
+
+from engine_fixtures.cgroups import CpuQuota, CpuStat
+from engine_fixtures.errors import ConfigError, MeasurementError
+from engine_fixtures.sampling.base import Sampler, SamplerSet
+from engine_fixtures.sampling.cgroup import CgroupSampler
+from engine_fixtures.sampling.cpu import CpuSampler
+from engine_fixtures.sampling.gpu import GpuInfo, GpuSampler, _cuda_visible, gpu_inventory, nvml_reason
+
+READY = "print('ready', flush=True)\n"
+BUSY = READY + "while True: pass"
+IDLE = READY + "import sys; sys.stdin.read()"
+DEADLINE_S = 30.0
+
+Spawn = Callable[..., subprocess.Popen[bytes]]
+
+
+@pytest.fixture
+def spawn() -> Iterator[Spawn]:
+    """Start Python children; every one is killed and reaped at teardown, also when the test fails."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(code: str, **kwargs: object) -> subprocess.Popen[bytes]:
+        """Start ``code`` and return once it printed ``ready`` (its interpreter start-up is over)."""
+        proc = subprocess.Popen(  # type: ignore[call-overload]
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, **kwargs
+        )
+        procs.append(proc)
+        assert proc.stdout.readline() == b"ready\n", f"child exited with {proc.wait(timeout=DEADLINE_S)}"
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait(timeout=DEADLINE_S)
+        proc.stdin.close()
+        proc.stdout.close()
+
+
+def cpu_s(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def hold(sampler: CpuSampler | GpuSampler, ticks: int) -> None:
+    """Keep the window open until the sampler took ``ticks`` samples (a condition with a deadline)."""
+    assert sampler.wait_ticks(ticks, timeout_s=DEADLINE_S), "sampler stopped or stalled before its ticks"
+
+
+def schedstat_s(pid: int) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for one) from the kernel's /proc/<pid>/schedstat."""
+    with open(f"/proc/{pid}/schedstat") as f:
+        run_ns, wait_ns, _slices = (int(x) for x in f.read().split())
+    return run_ns / 1e9, wait_ns / 1e9
+
+
+def test_busy_child_uses_one_core_idle_child_none(spawn: Spawn) -> None:
+    busy, idle = spawn(BUSY), spawn(IDLE)
+    sampler = CpuSampler(lambda: {"busy": [busy.pid], "idle": [idle.pid]}, interval_s=0.1)
+    before, (run0, wait0) = cpu_s(busy.pid), schedstat_s(busy.pid)
+    with sampler:
+        hold(sampler, 12)
+    after, (run1, wait1) = cpu_s(busy.pid), schedstat_s(busy.pid)
+    s = sampler.summary()
+    wall = sampler.wall_s
+    # exact accounting: the sampler's CPU seconds lie within what the test read just outside the window
+    assert 0.9 * (after - before) - 0.02 <= s["cpu.busy.cores"] * wall <= (after - before) + 0.01
+    # ~1 core: what it got plus what the kernel kept it waiting for a CPU (other load on a shared box)
+    queued_cores = (wait1 - wait0) / wall
+    assert s["cpu.busy.cores"] + queued_cores == pytest.approx(1.0, abs=0.15)
+    assert s["cpu.busy.cores"] == pytest.approx((run1 - run0) / wall, abs=0.1)
+    assert s["cpu.busy.cores"] < 1.05
+    assert s["cpu.busy.percent"] == pytest.approx(100 * s["cpu.busy.cores"], rel=0.2)
+    assert s["cpu.idle.cores"] < 0.03
+    assert s["cpu.idle.percent"] < 3.0
+    assert s["cpu.busy.share_of_cpus"] == pytest.approx(s["cpu.busy.cores"] / sampler.visible_cpus)
+    assert "cpu.busy.share_of_quota" not in s  # no quota given: no made-up share
+    assert s["cpu.total.cores"] == pytest.approx(s["cpu.busy.cores"] + s["cpu.idle.cores"])
+    assert s["threads.busy.max"] >= 1
+    assert s["threads.total.max"] == s["threads.busy.max"] + s["threads.idle.max"]
+
+
+@pytest.mark.cgroup(quota=0.5)
+def test_share_of_quota_is_one_for_a_busy_child_under_half_a_core(spawn: Spawn) -> None:
+    with CpuQuota(0.5, name="sampler-test") as quota:
+        busy = spawn(BUSY, preexec_fn=quota.preexec_fn())
+        cpu = CpuSampler(lambda: {"busy": [busy.pid]}, interval_s=0.1, quota_cores=0.5)
+        with SamplerSet([cpu, CgroupSampler.for_quota(quota)]) as samplers:
+            hold(cpu, 15)
+        s = samplers.summary()
+    assert samplers.unavailable == {}
+    assert s["cpu.busy.share_of_quota"] == pytest.approx(1.0, abs=0.12)
+    assert s["cgroup.share_of_quota"] == pytest.approx(1.0, abs=0.12)
+    assert s["cgroup.usage_cores"] == pytest.approx(s["cpu.busy.cores"], rel=0.1)
+    assert s["cgroup.nr_periods"] >= 10
+    assert s["cgroup.throttled_ratio"] > 0.5, "a spinning process under half a core is throttled most periods"
+    ratio = s["cgroup.throttled_periods"] / s["cgroup.nr_periods"]
+    assert s["cgroup.throttled_ratio"] == pytest.approx(ratio)
+    assert s["cgroup.throttled_s"] > 0
+
+
+def test_roles_are_reread_so_new_children_count_from_their_start(spawn: Spawn) -> None:
+    workers = [spawn(IDLE)]
+    cpu = CpuSampler(lambda: {"workers": [p.pid for p in workers]}, interval_s=0.1)
+    with cpu:
+        hold(cpu, 3)
+        workers.append(spawn(BUSY))  # appears mid-window; its start-up CPU counts too
+        hold(cpu, 13)
+    s = cpu.summary()
+    # the new child's whole CPU time (start-up included) falls inside the window and must be counted
+    assert s["cpu.workers.cores"] * cpu.wall_s >= cpu_s(workers[1].pid) - 0.15
+    assert s["cpu.workers.cores"] > 0.1, "the child started inside the window was not picked up"
+    assert s["threads.workers.max"] >= 2
+
+
+def test_process_that_disappears_keeps_its_cpu_time(spawn: Spawn) -> None:
+    busy, idle = spawn(BUSY), spawn(IDLE)
+    cpu = CpuSampler(lambda: {"r": [busy.pid, idle.pid]}, interval_s=0.1)
+    start = cpu_s(busy.pid)
+    with cpu:
+        hold(cpu, 8)
+        used_before_kill = cpu_s(busy.pid) - start
+        busy.kill()
+        busy.wait(timeout=DEADLINE_S)
+        hold(cpu, 12)
+    s = cpu.summary()
+    used = s["cpu.r.cores"] * cpu.wall_s
+    # at most one interval of the dead child's CPU is lost (at most 1 core x 0.1 s), nothing invented
+    assert used_before_kill - 0.15 <= used <= used_before_kill + 0.05
+    assert used_before_kill > 0.1
+
+
+def test_sampler_errors_are_reported_not_swallowed() -> None:
+    calls = []
+
+    def roles() -> dict[str, list[int]]:
+        calls.append(1)
+        if len(calls) > 2:
+            raise OSError("role discovery failed")
+        return {"me": [psutil.Process().pid]}
+
+    cpu = CpuSampler(roles, interval_s=0.05)
+    with pytest.raises(MeasurementError, match="role discovery failed"), cpu:
+        assert not cpu.wait_ticks(50, timeout_s=DEADLINE_S)
+
+
+def test_bad_use_is_a_clear_error() -> None:
+    with pytest.raises(ConfigError, match="interval_s must be > 0"):
+        CpuSampler(dict, interval_s=0)
+    with pytest.raises(ConfigError, match="quota_cores must be > 0"):
+        CpuSampler(dict, quota_cores=0)
+    with pytest.raises(MeasurementError, match="before its window closed"):
+        CpuSampler(dict).summary()
+    reserved = CpuSampler(lambda: {"total": [1]})
+    with pytest.raises(ConfigError, match="reserved"), reserved:
+        pass
+    with pytest.raises(ConfigError, match="duplicate sampler names"):
+        SamplerSet([CpuSampler(dict), CpuSampler(dict)])
+    once = CpuSampler(dict)
+    with once:
+        pass
+    with pytest.raises(ConfigError, match="one window only"), once:
+        pass
+
+
+def test_roles_without_processes_get_no_metrics() -> None:
+    cpu = CpuSampler(lambda: {"ghost": [], "me": [psutil.Process().pid]}, interval_s=0.05)
+    with cpu:
+        hold(cpu, 2)
+    s = cpu.summary()
+    assert not any(".ghost." in k for k in s)
+    assert cpu.empty_roles == ("ghost",)
+    assert "cpu.me.cores" in s
+
+
+def _stat_fn(values: list[CpuStat]) -> Callable[[], CpuStat]:
+    it = iter(values)
+    return lambda: next(it)
+
+
+def test_cgroup_sampler_deltas_and_counter_reset() -> None:
+    # stat_fn input is test data (a unit test of the arithmetic); the real cgroup is tested above.
+    sampler = CgroupSampler(_stat_fn([CpuStat(10.0, 100, 10, 1.0), CpuStat(10.0, 100, 10, 1.0)]), None)
+    with sampler:
+        pass
+    s = sampler.summary()
+    assert s["cgroup.usage_cores"] == 0.0
+    assert "cgroup.throttled_ratio" not in s  # no period elapsed: the ratio is undefined, not 0
+    assert "cgroup.share_of_quota" not in s
+    reset = CgroupSampler(_stat_fn([CpuStat(10.0, 100, 10, 1.0), CpuStat(0.5, 3, 0, 0.0)]), 1.0)
+    with reset:
+        pass
+    with pytest.raises(MeasurementError, match="went backwards"):
+        reset.summary()
+
+
+def test_unavailable_sampler_is_skipped_with_its_reason(spawn: Spawn) -> None:
+    idle = spawn(IDLE)
+    gpu = GpuSampler([10**6])  # no machine has a millionth GPU
+    cpu = CpuSampler(lambda: {"idle": [idle.pid]}, interval_s=0.05)
+    assert isinstance(cpu, Sampler)
+    assert isinstance(gpu, Sampler)
+    with SamplerSet([cpu, gpu]) as samplers:
+        hold(cpu, 2)
+    reason = samplers.unavailable["gpu"]
+    assert reason.startswith(("NVML not available", "GPU indices [1000000] requested"))
+    assert samplers.active == (cpu,)
+    assert not any(k.startswith("gpu.") for k in samplers.summary())
+
+
+@pytest.mark.skipif(nvml_reason() is None, reason="NVML is present here; this checks the no-driver path")
+def test_gpu_sampler_states_why_it_is_unavailable() -> None:
+    expected = ("NVML not available: libnvidia-ml.so.1 not found (NVIDIA driver not installed); "
+                "GPU metrics are not collected")
+    assert GpuSampler([0]).available() == expected
+    assert gpu_inventory() == expected
+
+
+def test_cuda_visible_devices_filters_the_inventory() -> None:
+    infos = [GpuInfo(i, "NVIDIA H200", 143771.0, "570.1", f"GPU-{i}aaa") for i in range(4)]
+    assert _cuda_visible(infos, None) == infos
+    assert _cuda_visible(infos, "") == []
+    assert [g.index for g in _cuda_visible(infos, "2,0")] == [2, 0]
+    assert [g.index for g in _cuda_visible(infos, "GPU-3,9,1")] == [3]  # CUDA stops at an invalid entry
+
+
+@pytest.mark.gpu(1)
+def test_gpu_sampler_sees_a_busy_gpu_and_its_process(spawn: Spawn) -> None:
+    load = ("import torch\n"
+            "x = torch.randn(8192, 8192, device='cuda')\n"
+            "torch.cuda.synchronize()\n" + READY +
+            "while True: x = (x @ x).clamp_(-1, 1)\n")
+    child = spawn(load)
+    gpu = GpuSampler([0], pids_fn=lambda: {"load": [child.pid]}, interval_s=0.1)
+    with gpu:
+        hold(gpu, 15)
+    s = gpu.summary()
+    assert s["gpu.util.p50"] > 50
+    assert s["gpu.mem_used_mib.max"] > 256  # the 256 MiB tensor plus the CUDA context
+    assert s["gpu.sm_clock_mhz.mean"] > 0
+    if "gpu.proc_mem_mib.load" in s:
+        assert s["gpu.proc_mem_mib.load"] > 256
+    else:
+        assert gpu.proc_mem_unavailable, "no per-process memory and no reason why"
