@@ -1,0 +1,198 @@
+"""``EngineSpec``: one SGLang server configuration, its command line and its environment.
+
+The spec is the key for engine reuse, so it holds only what changes the server. Defaults avoid FA3 and
+flashinfer kernels (flashinfer must still be importable on 0.5.16) and turn the multimodal caches off, so
+every request really crosses the feature transport. Version differences are handled here and nowhere else:
+
+- 0.5.16 defaults ``SGLANG_USE_IPC_POOL_HANDLE_CACHE`` to off, >= 0.5.18 to on: always set it to "1"/"0".
+- 0.5.23 auto-switches Qwen3-VL to cuda_ipc on an H200: always pass ``--mm-feature-transport``.
+- 0.5.23 has a preprocessing cache: pass ``--mm-preprocess-cache-size-mb 0`` there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from engine_fixtures.errors import ConfigError
+
+TRANSPORTS = ("cpu", "cuda_ipc")
+COPY_ARMS = ("torch", "buffer")
+IPC_CACHE_ARMS = ("on", "off")
+SGLANG_LAUNCHER = ("-m", "sglang.launch_server")
+
+
+def parse_version(text: str | None) -> tuple[int, ...] | None:
+    """``"0.5.16"`` or ``"0.5.23.post1"`` -> ``(0, 5, 16)``; None stays None."""
+    if not text:
+        return None
+    parts: list[int] = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) or None
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What to launch. ``launcher`` is the argv after the interpreter (SGLang, or the self-test stub)."""
+
+    model: Path
+    mm_feature_transport: str = "cpu"
+    tp: int = 1
+    pp: int = 1
+    pp_max_micro_batch_size: str | int = "auto"
+    pp_async_batch_depth: int = 0
+    max_running_requests: int | None = None
+    mem_fraction_static: float = 0.5
+    attention_backend: str = "triton"
+    mm_attention_backend: str = "triton_attn"
+    sampling_backend: str = "pytorch"
+    grammar_backend: str = "none"
+    load_format: str = "dummy"
+    vlm_cache_mb: int = 0
+    radix_cache: bool = False
+    cpu_quota: float | None = None
+    gpus: tuple[int, ...] = (0,)
+    env_extra: tuple[tuple[str, str], ...] = ()
+    enable_metrics: bool = True
+    copy: str = "torch"
+    ipc_cache: str = "off"
+    proof: bool = True
+    extra_args: tuple[str, ...] = ()
+    launcher: tuple[str, ...] = SGLANG_LAUNCHER
+    name: str = "sglang"
+    meta: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        def bad(what: str, fix: str) -> ConfigError:
+            return ConfigError(f"EngineSpec: {what}; {fix}")
+
+        if self.mm_feature_transport not in TRANSPORTS:
+            raise bad(
+                f"mm_feature_transport {self.mm_feature_transport!r} is unknown",
+                f"use one of {', '.join(TRANSPORTS)}",
+            )
+        if self.copy not in COPY_ARMS:
+            raise bad(f"copy arm {self.copy!r} is unknown", f"use one of {', '.join(COPY_ARMS)}")
+        if self.ipc_cache not in IPC_CACHE_ARMS:
+            raise bad(
+                f"ipc_cache arm {self.ipc_cache!r} is unknown", f"use one of {', '.join(IPC_CACHE_ARMS)}"
+            )
+        for label, value in (("tp", self.tp), ("pp", self.pp)):
+            if not isinstance(value, int) or value < 1:
+                raise bad(f"{label}={value!r} must be an int >= 1", f"pass {label}=1 or more")
+        mb = self.pp_max_micro_batch_size
+        if not (mb == "auto" or (isinstance(mb, int) and not isinstance(mb, bool) and mb >= 1)):
+            raise bad(f"pp_max_micro_batch_size={mb!r}", "pass 'auto' or an int >= 1")
+        if self.pp_async_batch_depth < 0:
+            raise bad(f"pp_async_batch_depth={self.pp_async_batch_depth}", "pass 0 or more")
+        if self.max_running_requests is not None and self.max_running_requests < 1:
+            raise bad(f"max_running_requests={self.max_running_requests}", "pass None (auto) or >= 1")
+        if not 0 < self.mem_fraction_static < 1:
+            raise bad(f"mem_fraction_static={self.mem_fraction_static}", "pass a fraction in (0, 1)")
+        if self.cpu_quota is not None and not self.cpu_quota > 0:
+            raise bad(f"cpu_quota={self.cpu_quota}", "pass None (no quota) or cores > 0")
+        if len(self.gpus) < self.tp * self.pp:
+            raise bad(
+                f"tp*pp={self.tp * self.pp} GPUs needed but gpus={self.gpus}",
+                "pass enough GPU indices (--perf-gpus 0,1,...) or lower tp/pp",
+            )
+        if not self.launcher:
+            raise bad("launcher is empty", "pass e.g. ('-m', 'sglang.launch_server')")
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def arm(self) -> dict[str, str]:
+        """The variant axes of this spec, as recorded in a RunResult."""
+        arm = {"transport": self.mm_feature_transport, "tp": str(self.tp), "pp": str(self.pp)}
+        if self.mm_feature_transport == "cpu":
+            arm["copy"] = self.copy
+        else:
+            arm["ipc_cache"] = self.ipc_cache
+        if self.pp > 1:
+            arm["pp_mb"] = str(self.pp_max_micro_batch_size)
+        if self.cpu_quota is not None:
+            arm["quota"] = f"{self.cpu_quota:g}"
+        return arm
+
+    @property
+    def key(self) -> str:
+        """Stable hash of every field that changes the server (engines are reused by this key)."""
+        data = {k: v for k, v in asdict(self).items() if k != "meta"}
+        blob = json.dumps(data, sort_keys=True, default=str)
+        return self.name + "-" + hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    # ------------------------------------------------------------------ launch
+    def argv(self, python: str, port: int, version: str | None = None) -> list[str]:
+        """The full command line. ``version`` is the installed SGLang version (None: unknown/stub)."""
+        ver = parse_version(version)
+        a = [
+            python,
+            *self.launcher,
+            "--model-path",
+            str(self.model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--load-format",
+            self.load_format,
+            "--tp-size",
+            str(self.tp),
+            "--pp-size",
+            str(self.pp),
+            "--mem-fraction-static",
+            f"{self.mem_fraction_static:g}",
+            "--attention-backend",
+            self.attention_backend,
+            "--mm-attention-backend",
+            self.mm_attention_backend,
+            "--sampling-backend",
+            self.sampling_backend,
+            "--grammar-backend",
+            self.grammar_backend,
+            "--mm-feature-transport",
+            self.mm_feature_transport,
+        ]
+        if self.pp_max_micro_batch_size != "auto":
+            a += ["--pp-max-micro-batch-size", str(self.pp_max_micro_batch_size)]
+        if self.pp_async_batch_depth:
+            a += ["--pp-async-batch-depth", str(self.pp_async_batch_depth)]
+        if self.max_running_requests is not None:
+            a += ["--max-running-requests", str(self.max_running_requests)]
+        if not self.radix_cache:
+            a.append("--disable-radix-cache")
+        if ver is not None and ver >= (0, 5, 23):
+            a += ["--mm-preprocess-cache-size-mb", "0"]
+        if self.enable_metrics:
+            a.append("--enable-metrics")
+        return [*a, *self.extra_args]
+
+    def env(self, version: str | None = None) -> dict[str, str]:
+        """Variables to add to the curated environment (arms, caches, offline, visible GPUs)."""
+        del version  # both values are set explicitly, so the version's default never matters
+        e = {
+            "SGLANG_VLM_CACHE_SIZE_MB": str(self.vlm_cache_mb),
+            "SGLANG_USE_IPC_POOL_HANDLE_CACHE": "1" if self.ipc_cache == "on" else "0",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in self.gpus),
+            "PERF_ARMS_COPY": self.copy,
+            "PERF_ARMS_IPC_CACHE": self.ipc_cache,
+            "PERF_ARMS_TRANSPORT": self.mm_feature_transport,
+        }
+        e.update(dict(self.env_extra))
+        return e
+
+    def with_(self, **changes: object) -> EngineSpec:
+        """A copy with some fields changed (validated again)."""
+        from dataclasses import replace
+
+        return replace(self, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,119 @@
+"""Per-process proof file: counters of what really ran, written atomically as JSON.
+
+One file per process, ``<PERF_ARMS_PROOF_DIR>/proof-<pid>.json``. It is rewritten every ``every`` events,
+every ``interval_s`` seconds by a daemon thread (an ``Event.wait`` loop), at exit, and on request: the
+fixture writes a number into ``<dir>/flush-request`` and every live process answers by writing a proof
+whose ``flush_seq`` is at least that number. This module must stay importable without SGLang or torch.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+FLUSH_REQUEST = "flush-request"
+
+
+def process_title() -> str:
+    """The process title (SGLang's ``sglang::scheduler...``) or the command line of the main process."""
+    try:
+        with open(f"/proc/{os.getpid()}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return " ".join(sys.argv)
+    return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+
+
+def role_of(title: str) -> str:
+    """``scheduler``, ``detokenizer``, ``tokenizer_worker`` or ``main``."""
+    for role in ("scheduler", "detokenizer", "tokenizer_worker", "data_parallel_controller"):
+        if title.startswith("sglang::" + role):
+            return role
+    return "main"
+
+
+class Recorder:
+    """Thread-safe counters plus the periodic writer for one process."""
+
+    def __init__(self, directory: Path, requested: dict[str, str], every: int = 32, interval_s: float = 0.5):
+        self.directory = directory
+        self.path = directory / f"proof-{os.getpid()}.json"
+        self.requested = dict(requested)
+        self.every = every
+        self.interval_s = interval_s
+        self.installed: dict[str, str] = {}
+        self.errors: list[str] = []
+        self.counters: dict[str, float] = {}
+        self.sglang_version: str | None = None
+        self._lock = threading.Lock()
+        self._events = 0
+        self._flush_seq = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, name: str, amount: float = 1.0) -> None:
+        with self._lock:
+            self.counters[name] = self.counters.get(name, 0.0) + amount
+            self._events += 1
+            due = self._events % self.every == 0
+        if due:
+            self.write()
+
+    def snapshot(self) -> dict[str, Any]:
+        title = process_title()
+        with self._lock:
+            return {
+                "pid": os.getpid(),
+                "ppid": os.getppid(),
+                "title": title,
+                "role": role_of(title),
+                "sglang_version": self.sglang_version,
+                "requested": dict(self.requested),
+                "installed": dict(self.installed),
+                "counters": dict(self.counters),
+                "errors": list(self.errors),
+                "flush_seq": self._flush_seq,
+                "written_at": time.time(),
+            }
+
+    def write(self) -> None:
+        """Atomic rewrite (tmp + rename), so a reader never sees half a file."""
+        data = json.dumps(self.snapshot(), sort_keys=True)
+        tmp = self.path.with_suffix(f".tmp{threading.get_ident()}")
+        try:
+            tmp.write_text(data)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # the directory went away with the fixture; nothing left to prove to
+
+    def _requested_seq(self) -> int:
+        try:
+            return int((self.directory / FLUSH_REQUEST).read_text().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            seq = self._requested_seq()
+            with self._lock:
+                self._flush_seq = max(self._flush_seq, seq)
+            self.write()
+
+    def start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.write()
+        self._thread = threading.Thread(target=self._loop, name="perf-arms-proof", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            self._flush_seq = max(self._flush_seq, self._requested_seq())
+        self.write()
