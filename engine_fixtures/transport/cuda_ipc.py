@@ -1,0 +1,60 @@
+"""CUDA IPC round trip through torch.multiprocessing's reductions, and SGLang's IPC proxy.
+
+Contract: ``skip_reason()`` is None only where CUDA works; ``share(t)`` returns the bytes a producer
+sends (a ForkingPickler payload holding an IPC handle, not the data; the producer must keep ``t``
+alive until the consumer has replied); ``receive(payload)`` in another process opens the handle
+and returns an owned clone on the same device. ``sglang_proxy_class()`` finds SGLang's
+``CudaIpcTensorTransportProxy`` (0.5.16: ``sglang.srt.utils.cuda_ipc_transport_utils``, 0.5.23:
+``sglang.srt.multimodal.transport.cuda_ipc``) or returns None with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+from multiprocessing.reduction import ForkingPickler
+
+import torch
+import torch.multiprocessing  # registers the tensor reductions on ForkingPickler
+
+PROXY_MODULES = ("sglang.srt.multimodal.transport.cuda_ipc", "sglang.srt.utils.cuda_ipc_transport_utils")
+
+
+def skip_reason() -> str | None:
+    """Why CUDA IPC cannot run here (fact and fix), or None."""
+    if not torch.cuda.is_available():
+        return (f"CUDA is not available to torch {torch.__version__} (no NVIDIA GPU or a CPU-only wheel): "
+                "run this test on a GPU runner with a CUDA build of torch")
+    return None
+
+
+def share(tensor: torch.Tensor, device: int = 0) -> tuple[torch.Tensor, bytes]:
+    """Move ``tensor`` to ``cuda:device`` and pickle an IPC handle; returns (the live tensor, payload)."""
+    live = tensor.to(f"cuda:{device}").contiguous()
+    return live, bytes(ForkingPickler.dumps(live))
+
+
+def receive(payload: bytes) -> torch.Tensor:
+    """Open the IPC handle in this process and return an owned clone (same device)."""
+    shared = pickle.loads(payload)
+    owned = shared.clone()
+    torch.cuda.current_stream(owned.device).synchronize()
+    del shared
+    return owned
+
+
+def sglang_proxy_class() -> tuple[type | None, str]:
+    """SGLang's ``CudaIpcTensorTransportProxy`` and where it came from, or None and the reason."""
+    reasons = []
+    for name in PROXY_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            reasons.append(f"{name}: {exc}")
+            continue
+        cls = getattr(module, "CudaIpcTensorTransportProxy", None)
+        if cls is not None:
+            return cls, name
+        reasons.append(f"{name} has no CudaIpcTensorTransportProxy")
+    return None, ("SGLang's CUDA IPC proxy is not importable (" + "; ".join(reasons)
+                  + "); install the engine extra: pip install 'sglang-perf-suite[engine]'")

@@ -1,0 +1,155 @@
+"""SGLang's own ``ShmPointerMMData`` (0.5.16 through 0.5.23), unpatched or with the buffer copy.
+
+Contract:
+- ``find_shm_class()`` imports ``sglang.srt.managers.mm_utils`` and returns a ``ShmClassLookup``:
+  the class (or None with the reason and the fix), SGLang's version, and the layout (``0.5.16`` or
+  ``0.5.20+``, which initialises ``_materialization_error`` first).
+- ``buffer_copy_init(original)`` builds the replacement ``__init__`` from SGLang's own source with
+  exactly one change: the two copy lines ``dst = torch.frombuffer(shm.buf, dtype=torch.uint8)`` /
+  ``dst.copy_(tensor.view(torch.uint8).reshape(-1))`` become ``shm.buf[:nbytes] =
+  tensor.view(torch.uint8).reshape(-1).numpy()``. Everything else (attribute init, posix_fallocate,
+  unlink on failure, SGLang's segment names) is SGLang's code. If the copy lines are not found the
+  function raises ``ConfigError`` instead of guessing.
+- ``apply_copy_arm(cls, arm)`` installs a counting wrapper around the chosen ``__init__`` (``torch``:
+  SGLang's original; ``buffer``: the rewrite); ``COPY_CALLS[arm]`` counts constructions in this process,
+  which proves which implementation ran. ``restore(cls)`` undoes it; ``copy_arm(cls, arm)`` does both.
+This module imports only the standard library at import time (safe inside every engine process).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+import textwrap
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+from engine_fixtures.errors import ConfigError
+
+MODULE = "sglang.srt.managers.mm_utils"
+CLASS_NAME = "ShmPointerMMData"
+TESTED_VERSIONS = ("0.5.16", "0.5.23")
+ARMS = ("torch", "buffer")
+_ORIGINAL_ATTR = "_perf_original_init"
+_ARM_ATTR = "_perf_copy_arm"
+_COPY_RE = re.compile(
+    r"^(?P<indent>[ \t]+)dst = torch\.frombuffer\(shm\.buf, dtype=torch\.uint8\)[ \t]*\n"
+    r"[ \t]+dst\.copy_\(tensor\.view\(torch\.uint8\)\.reshape\(-1\)\)[ \t]*$",
+    re.MULTILINE,
+)
+BUFFER_LINE = "shm.buf[:nbytes] = tensor.view(torch.uint8).reshape(-1).numpy()"
+COPY_CALLS: Counter[str] = Counter()
+
+
+@dataclass(frozen=True)
+class ShmClassLookup:
+    cls: type | None
+    reason: str  # why cls is None (fact and fix), or where it was found
+    version: str | None
+    layout: str | None  # "0.5.16" or "0.5.20+"
+
+
+def _version() -> str | None:
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def find_shm_class() -> ShmClassLookup:
+    """Locate SGLang's ``ShmPointerMMData``; never raises."""
+    version = _version()
+    try:
+        module = importlib.import_module(MODULE)
+    except Exception as exc:  # ImportError, or a missing transitive dependency failing at load
+        return ShmClassLookup(None, f"cannot import {MODULE} (sglang {version or 'not installed'}): "
+                              f"{type(exc).__name__}: {exc}; install SGLang 0.5.16..0.5.23 "
+                              "(GPU runner: pip install 'sglang-perf-suite[engine]'; CPU box: torch 2.14.1 "
+                              "and pip install --no-deps sglang==0.5.16 plus its import-time deps)",
+                              version, None)
+    cls = getattr(module, CLASS_NAME, None)
+    if cls is None:
+        return ShmClassLookup(None, f"{MODULE} of sglang {version} has no {CLASS_NAME}; this suite supports "
+                              f"{TESTED_VERSIONS[0]}..{TESTED_VERSIONS[-1]}", version, None)
+    init = original_init(cls)
+    layout = "0.5.20+" if "_materialization_error" in init.__code__.co_names else "0.5.16"
+    return ShmClassLookup(cls, f"{MODULE}.{CLASS_NAME} of sglang {version}", version, layout)
+
+
+def original_init(cls: type) -> Callable[..., None]:
+    """SGLang's unpatched ``__init__`` (also while a copy arm is applied)."""
+    return cls.__dict__.get(_ORIGINAL_ATTR, cls.__dict__["__init__"])
+
+
+def rewrite_copy_source(source: str) -> str:
+    """Return ``source`` with the torch copy lines replaced by the buffer copy; ConfigError if absent."""
+    new, count = _COPY_RE.subn(lambda m: m["indent"] + BUFFER_LINE, source)
+    if count != 1:
+        raise ConfigError(f"found the torch copy lines {count} times (expected once) in "
+                          f"{CLASS_NAME}.__init__; this SGLang version changed the copy, "
+                          f"update {__name__} for it")
+    return new
+
+
+def buffer_copy_init(original: Callable[..., None]) -> Callable[..., None]:
+    """Compile SGLang's ``__init__`` with only the copy line changed, in SGLang's module globals."""
+    code = original.__code__
+    if code.co_freevars or "nbytes" not in code.co_varnames:
+        raise ConfigError(f"{CLASS_NAME}.__init__ has closures or no 'nbytes' local; update {__name__}")
+    source = rewrite_copy_source(textwrap.dedent(inspect.getsource(original)))
+    namespace: dict[str, Any] = {}
+    filename = f"<perf buffer copy of {code.co_filename}:{code.co_firstlineno}>"
+    exec(compile(source, filename, "exec"), original.__globals__, namespace)
+    fn = namespace["__init__"]
+    fn.__qualname__ = original.__qualname__
+    fn.__defaults__ = original.__defaults__
+    return fn
+
+
+def _counting(arm: str, init: Callable[..., None]) -> Callable[..., None]:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        COPY_CALLS[arm] += 1  # counted after success: a construction that raised copied nothing
+
+    __init__.__qualname__ = init.__qualname__
+    __init__.__wrapped__ = init  # type: ignore[attr-defined]
+    return __init__
+
+
+def apply_copy_arm(cls: type, arm: str) -> None:
+    """Switch ``cls`` to the ``arm`` copy (``torch`` or ``buffer``) with a counting wrapper."""
+    if arm not in ARMS:
+        raise ConfigError(f"unknown copy arm {arm!r}: use one of {', '.join(ARMS)}")
+    original = original_init(cls)
+    init = original if arm == "torch" else buffer_copy_init(original)
+    setattr(cls, _ORIGINAL_ATTR, original)
+    setattr(cls, _ARM_ATTR, arm)
+    cls.__init__ = _counting(arm, init)  # type: ignore[misc]
+
+
+def active_arm(cls: type) -> str | None:
+    """The applied arm, or None when ``cls`` is SGLang's unpatched class."""
+    return cls.__dict__.get(_ARM_ATTR)
+
+
+def restore(cls: type) -> None:
+    """Put SGLang's original ``__init__`` back (no-op when unpatched)."""
+    if _ORIGINAL_ATTR in cls.__dict__:
+        cls.__init__ = cls.__dict__[_ORIGINAL_ATTR]  # type: ignore[misc]
+        delattr(cls, _ORIGINAL_ATTR)
+        delattr(cls, _ARM_ATTR)
+
+
+@contextmanager
+def copy_arm(cls: type, arm: str) -> Iterator[type]:
+    """Apply ``arm`` for the block and restore SGLang's class afterwards, also on error."""
+    apply_copy_arm(cls, arm)
+    try:
+        yield cls
+    finally:
+        restore(cls)
