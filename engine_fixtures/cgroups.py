@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import select
 import signal
 import time
 import uuid
@@ -23,9 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-import psutil
-
-from engine_fixtures.errors import LeakError, QuotaNotPermitted
+from engine_fixtures.errors import ConfigError, LeakError, QuotaNotPermitted
 
 PERIOD_US = 100_000
 PREFIX = "perf-"
@@ -324,6 +323,11 @@ class CpuQuota:
                 f"the subtree to this user (cgroup.subtree_control needs +cpu), {NO_QUOTA_FIX}") from None
         except OSError as exc:
             self._remove_quietly()
+            if exc.errno == errno.EINVAL:
+                parent = _limit_at(self.path.parent, self.version)
+                raise ConfigError(f"the kernel rejected {self.cores} cores in {self.path} (EINVAL): the "
+                                  f"parent allows {parent} cores and cgroup v1 forbids a child quota above "
+                                  f"its parent's; lower the quota") from None
             if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT):
                 raise QuotaNotPermitted(f"cannot set a CPU quota in {self.path} ({exc}); {NO_QUOTA_FIX}") \
                     from None
@@ -348,22 +352,30 @@ class CpuQuota:
             self._backend.remove()
 
     def kill_all(self, timeout_s: float) -> None:
-        """SIGKILL every process in the cgroup until it is empty; LeakError if one survives the timeout."""
+        """SIGKILL every process in the cgroup until it is empty; LeakError if one survives the timeout.
+
+        Waits on pidfds (readable once a process has exited) and never reaps, so a caller's
+        ``Popen.wait()`` still gets the real exit status."""
         deadline = time.monotonic() + timeout_s
         while pids := self._backend.pids():
-            procs = []
+            fds = []
             for pid in pids:
-                try:
-                    p = psutil.Process(pid)
-                    p.send_signal(signal.SIGKILL)
-                    procs.append(p)
-                except psutil.NoSuchProcess:
-                    pass
-            left = deadline - time.monotonic()
-            if left <= 0:
+                with contextlib.suppress(ProcessLookupError):
+                    fd = os.pidfd_open(pid)
+                    fds.append(fd)
+                    with contextlib.suppress(ProcessLookupError):
+                        signal.pidfd_send_signal(fd, signal.SIGKILL)
+            try:
+                pending = set(fds)
+                while pending and (left := deadline - time.monotonic()) > 0:
+                    ready, _, _ = select.select(list(pending), [], [], left)
+                    pending -= set(ready)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            if pending:
                 raise LeakError(f"processes {pids} survived SIGKILL in cgroup {self.path} for {timeout_s} s "
                                 f"(uninterruptible sleep?); inspect them with `ps -o pid,stat,wchan -p ...`")
-            psutil.wait_procs(procs, timeout=min(left, 0.5))
 
     def add_pid(self, pid: int) -> None:
         """Move process ``pid`` (all its threads) into this cgroup."""
