@@ -30,7 +30,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[options.SETTINGS_KEY] = settings
     config.stash[_SKIP_CACHE_KEY] = {}
 
-    # INTEGRATION PENDING: machine info and the perf session are wired once their modules land.
+
+    from engine_fixtures.baselines.session import install_session
+    from engine_fixtures.machine import MachineInfo
+
+    machine = MachineInfo.collect()
+    config.stash[_MACHINE_KEY] = machine
+    install_session(config, machine_key=machine.key, machine=machine.as_dict())
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
