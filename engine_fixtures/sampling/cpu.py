@@ -1,8 +1,9 @@
 """CPU use per process role with psutil: cores, top-style percent, share of quota / CPUs, threads.
 
 ``cores`` is exact: the sum of each process's ``cpu_times`` (user + system) delta over the window,
-divided by the window's wall time. ``percent`` is the mean of per-tick ``cpu_percent`` readings
-(100 = one core, as in top); each process's first reading is a priming call and is discarded.
+divided by the window's wall time. ``percent`` is the mean over ticks of the role's top-style CPU %
+(100 = one core): each process's ``cpu_times`` delta since its previous reading over the elapsed time,
+what ``Process.cpu_percent`` computes; a process's first reading only primes and is discarded.
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ class _Tracked:
     """One process seen in the window: its baseline CPU seconds and the last value read."""
 
     proc: psutil.Process
-    base_s: float
-    last_s: float
+    created: float  # psutil create_time, to detect pid reuse
+    base_s: float  # CPU seconds at the window's start (0 if born inside it)
+    last_s: float  # CPU seconds at the last reading
+    read_at: float  # monotonic time of the last reading
+    threads: int  # thread count at the last slow pass
     gone: bool = False
 
 
@@ -49,7 +53,9 @@ def _cpu_s(proc: psutil.Process) -> float:
 class CpuSampler:
     """Samples the processes of each role from ``roles_fn()`` every ``interval_s``.
 
-    ``roles_fn`` is called on every tick, so children that appear later are picked up. A process
+    ``roles_fn`` is re-read every ``roles_interval_s`` (and at the window's end), so children that
+    appear later are picked up; between re-reads the known pids are sampled every tick. (A tree walk
+    costs about 2 ms with psutil on a 2-core box, too much to repeat at 10 Hz.) A process
     that exists before the window counts from the window's start; one created inside it counts
     from its creation. A process that disappears keeps the CPU time last read for it (at most
     one interval of its last CPU use is lost). Summary, per role and for ``total`` (the union of
@@ -65,6 +71,7 @@ class CpuSampler:
         interval_s: float = 0.1,
         quota_cores: float | None = None,
         name: str = "cpu",
+        roles_interval_s: float = 1.0,
     ) -> None:
         if quota_cores is not None and not quota_cores > 0:
             raise ConfigError(f"CpuSampler: quota_cores must be > 0 or None (no quota), got {quota_cores!r}")
@@ -73,12 +80,15 @@ class CpuSampler:
         self.visible_cpus = len(os.sched_getaffinity(0))
         self.empty_roles: tuple[str, ...] = ()
         self._roles_fn = roles_fn
+        self._roles_interval_s = roles_interval_s
+        self._roles_read_at = float("-inf")
+        self._current: dict[str, tuple[int, ...]] = {}
+        self._all_pids: tuple[int, ...] = ()
         self._ticker = Ticker(name, self._tick, interval_s)
         self._tracked: dict[int, _Tracked] = {}
-        self._roles: dict[str, _RoleAcc] = {}
-        self._declared: set[str] = set()
+        self._acc: dict[str, _RoleAcc] = {}
         self._t0 = 0.0
-        self._t0_epoch = 0.0
+        self._t0_created_frame = 0.0
         self._wall_s = 0.0
         self._closed = False
 
@@ -104,9 +114,10 @@ class CpuSampler:
         return None
 
     def __enter__(self) -> CpuSampler:
-        self._t0_epoch = time.time()
+        # psutil's create_time is boot_time() + start ticks since boot (CLOCK_BOOTTIME): compare in that frame
+        self._t0_created_frame = psutil.boot_time() + time.clock_gettime(time.CLOCK_BOOTTIME)
         self._t0 = time.monotonic()
-        self._observe(priming=True)
+        self._observe(priming=True, reread_roles=True)
         self._ticker.start()
         return self
 
@@ -115,7 +126,7 @@ class CpuSampler:
     ) -> None:
         try:
             self._ticker.stop()
-            self._observe(priming=False)
+            self._observe(priming=False, reread_roles=True)
         finally:
             self._wall_s = time.monotonic() - self._t0
             self._closed = True
@@ -123,70 +134,88 @@ class CpuSampler:
     def _tick(self) -> None:
         self._observe(priming=False)
 
-    def _track(self, pid: int) -> _Tracked | None:
-        """Start tracking ``pid``; prime cpu_percent. None if it is already gone."""
+    def _track(self, pid: int, now: float) -> _Tracked | None:
+        """Start tracking ``pid`` (its first reading only primes the percent). None if it is gone."""
         try:
             proc = psutil.Process(pid)
             with proc.oneshot():
-                created_inside = proc.create_time() >= self._t0_epoch
+                created = proc.create_time()
                 now_s = _cpu_s(proc)
-                proc.cpu_percent(interval=None)  # priming: its 0.0 is meaningless
+                threads = proc.num_threads()
         except psutil.NoSuchProcess:
             return None
-        tracked = _Tracked(proc, 0.0 if created_inside else now_s, now_s)
+        inside = created >= self._t0_created_frame  # born in the window: all its CPU time counts
+        tracked = _Tracked(proc, created, 0.0 if inside else now_s, now_s, now, threads)
         self._tracked[pid] = tracked
         return tracked
 
-    def _observe(self, priming: bool) -> None:
-        roles = {role: tuple(pids) for role, pids in self._roles_fn().items()}
-        if TOTAL in roles:
-            raise ConfigError(
-                f"CpuSampler: role name {TOTAL!r} is reserved for the union of all roles; rename it"
-            )
-        self._declared.update(roles)
-        readings: dict[int, tuple[float, int] | None] = {}
+    def _current_roles(self, reread: bool, now: float) -> tuple[dict[str, tuple[int, ...]], bool]:
+        """The roles, re-read from ``roles_fn`` when due; True in the second item when re-read now."""
+        if reread or now - self._roles_read_at >= self._roles_interval_s:
+            roles = {role: tuple(pids) for role, pids in self._roles_fn().items()}
+            if TOTAL in roles:
+                raise ConfigError(
+                    f"CpuSampler: role name {TOTAL!r} is reserved for the union of all roles; rename it"
+                )
+            self._current, self._roles_read_at = roles, now
+            return roles, True
+        return self._current, False
+
+    def _observe(self, priming: bool, reread_roles: bool = False) -> None:
+        """One sample. Fast pass: cpu_times only. Slow pass (when roles are re-read, and at the window's
+        start and end): also the pid's identity (create_time, against pid reuse) and its thread count."""
+        now = time.monotonic()
+        roles, slow = self._current_roles(reread_roles, now)
+        percent: dict[int, float | None] = {}  # live pid -> % since its previous reading; None if just primed
         for pids in roles.values():
             for pid in pids:
-                if pid in readings:
-                    continue
-                readings[pid] = self._read(pid, priming)
-        all_pids = {pid for pids in roles.values() for pid in pids}
-        for role, pids in (*roles.items(), (TOTAL, tuple(sorted(all_pids)))):
-            live = [readings[p] for p in pids if readings.get(p) is not None]
-            acc = self._roles.setdefault(role, _RoleAcc())
-            acc.pids.update(p for p in pids if p in self._tracked)
+                if pid not in percent:
+                    alive, pct = self._read(pid, now, slow)
+                    if alive:
+                        percent[pid] = pct
+        if priming:
+            percent = dict.fromkeys(percent)
+        if slow:
+            self._all_pids = tuple(sorted({pid for pids in roles.values() for pid in pids}))
+        all_pids = self._all_pids
+        for role, pids in (*roles.items(), (TOTAL, all_pids)):
+            acc = self._acc.get(role) or self._acc.setdefault(role, _RoleAcc())
+            if slow:  # pids only change when the roles are re-read
+                acc.pids.update(p for p in pids if p in self._tracked)
+            live = [p for p in pids if p in percent]
             if not live:
                 continue
-            acc.threads_max = max(acc.threads_max, sum(r[1] for r in live if r is not None))
-            fresh = [r[0] for r in live if r is not None and r[0] >= 0.0]
-            if not priming and fresh:
+            acc.threads_max = max(acc.threads_max, sum(self._tracked[p].threads for p in live))
+            fresh = [v for p in live if (v := percent[p]) is not None]
+            if fresh:
                 acc.percent.append(sum(fresh))
 
-    def _read(self, pid: int, priming: bool) -> tuple[float, int] | None:
-        """(percent since last read, or -1.0 right after priming; threads), or None if not alive."""
+    def _read(self, pid: int, now: float, slow: bool) -> tuple[bool, float | None]:
+        """Update ``pid``'s reading: (alive, top-style % since its previous reading, None on the first
+        reading, which only primes)."""
         tracked = self._tracked.get(pid)
         if tracked is None:
-            tracked = self._track(pid)
-            if tracked is None:
-                return None
-            try:
-                return (-1.0, tracked.proc.num_threads())
-            except psutil.NoSuchProcess:
-                tracked.gone = True
-                return None
+            return self._track(pid, now) is not None, None
         if tracked.gone:
-            return None
+            return False, None
         try:
-            with tracked.proc.oneshot():
-                if not tracked.proc.is_running():  # pid reused by another process
+            if slow:
+                with tracked.proc.oneshot():
+                    if tracked.proc.create_time() != tracked.created:  # pid reused by another process
+                        raise psutil.NoSuchProcess(pid)
+                    now_s = _cpu_s(tracked.proc)
+                    tracked.threads = tracked.proc.num_threads()
+            else:
+                now_s = _cpu_s(tracked.proc)
+                if now_s < tracked.last_s:  # CPU time went backwards: the pid now names another process
                     raise psutil.NoSuchProcess(pid)
-                tracked.last_s = _cpu_s(tracked.proc)
-                percent = tracked.proc.cpu_percent(interval=None)
-                threads = tracked.proc.num_threads()
         except psutil.NoSuchProcess:
             tracked.gone = True
-            return None
-        return (-1.0 if priming else percent, threads)
+            return False, None
+        dt = now - tracked.read_at
+        pct = 100.0 * (now_s - tracked.last_s) / dt if dt > 0 else None
+        tracked.last_s, tracked.read_at = now_s, now
+        return True, pct
 
     def summary(self) -> dict[str, float]:
         require_closed(self.name, self._closed)
@@ -194,7 +223,7 @@ class CpuSampler:
             raise MeasurementError(f"sampler {self.name!r}: the window had no duration")
         out: dict[str, float] = {}
         empty = []
-        for role, acc in self._roles.items():
+        for role, acc in self._acc.items():
             if not acc.pids:
                 empty.append(role)
                 continue

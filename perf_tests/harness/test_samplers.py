@@ -94,18 +94,26 @@ def test_share_of_quota_is_one_for_a_busy_child_under_half_a_core(spawn: Spawn) 
     with CpuQuota(0.5, name="sampler-test") as quota:
         busy = spawn(BUSY, preexec_fn=quota.preexec_fn())
         cpu = CpuSampler(lambda: {"busy": [busy.pid]}, interval_s=0.1, quota_cores=0.5)
+        idle0 = psutil.cpu_times().idle
         with SamplerSet([cpu, CgroupSampler.for_quota(quota)]) as samplers:
             hold(cpu, 15)
+        spare_cores = (psutil.cpu_times().idle - idle0) / cpu.wall_s
         s = samplers.summary()
     assert samplers.unavailable == {}
-    assert s["cpu.busy.share_of_quota"] == pytest.approx(1.0, abs=0.12)
-    assert s["cgroup.share_of_quota"] == pytest.approx(1.0, abs=0.12)
+    assert s["cpu.busy.share_of_quota"] <= 1.05, "more CPU than the quota allows was measured"
+    assert s["cgroup.share_of_quota"] <= 1.05
+    if spare_cores >= 0.1:
+        # CPUs were idle meanwhile, so only the quota held the child back: it used all of it. (On a
+        # saturated box it may get less than its quota; then only the bounds above can be checked.)
+        assert s["cpu.busy.share_of_quota"] == pytest.approx(1.0, abs=0.12)
+        assert s["cgroup.share_of_quota"] == pytest.approx(1.0, abs=0.12)
     assert s["cgroup.usage_cores"] == pytest.approx(s["cpu.busy.cores"], rel=0.1)
     assert s["cgroup.nr_periods"] >= 10
-    assert s["cgroup.throttled_ratio"] > 0.5, "a spinning process under half a core is throttled most periods"
     ratio = s["cgroup.throttled_periods"] / s["cgroup.nr_periods"]
     assert s["cgroup.throttled_ratio"] == pytest.approx(ratio)
-    assert s["cgroup.throttled_s"] > 0
+    if spare_cores >= 0.1:
+        assert s["cgroup.throttled_ratio"] > 0.5, "a spinning child under half a core is throttled most periods"
+        assert s["cgroup.throttled_s"] > 0
 
 
 def test_roles_are_reread_so_new_children_count_from_their_start(spawn: Spawn) -> None:
