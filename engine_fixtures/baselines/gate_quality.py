@@ -59,7 +59,8 @@ def render(cells: Sequence[Cell]) -> str:
     rows: dict[tuple[float, int, float], dict[float, Cell]] = {}
     for c in cells:
         rows.setdefault((c.cv, c.n, c.tolerance), {})[c.shift] = c
-    heads = ["CV", "n", "tol", *(("false alarm" if s == 0 else f"detect +{s:.0%}") for s in shifts), "unstable"]
+    cols = [("false alarm" if s == 0 else f"detect +{s:.0%}") for s in shifts]
+    heads = ["CV", "n", "tol", *cols, "unstable"]
     lines = [" | ".join(heads)]
     for (cv, n, tol), by_shift in rows.items():
         cols = [f"{cv:.0%}", str(n), f"{tol:.0%}"] + [f"{by_shift[s].regression_rate:.1%}" for s in shifts]

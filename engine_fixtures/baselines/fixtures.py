@@ -1,0 +1,106 @@
+"""Fixtures ``perf_record`` and ``perf_invariant``: judge a test's results and report them.
+
+``perf_record(result) -> list[Verdict]``:
+1. records ``result`` in the ``PerfSession`` (so ``--perf-update-baselines`` / ``perf-baseline
+   update --from`` can turn it into a baseline, also when the test then skips or fails);
+2. with no stored baseline: ``pytest.skip`` whose reason names the update command;
+3. judges every metric against the baseline (tolerance: marker ``perf(tolerance=...)`` >
+   ``--perf-tolerance`` > the metric registry), attaches a "perf" report section with the table
+   and the baseline path, and ``pytest.fail`` listing every regression. ``unstable`` is reported,
+   never a failure. ``perf_record.ratio(...)`` is ``perf_invariant``.
+``perf_invariant(metric, reference, current, min_ratio, label="")`` judges a cross-arm invariant
+(``gate.judge_ratio``), reports it and fails on a significant violation. ``reference``/``current``
+are RunResults (their ``samples[metric]``) or sample sequences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from engine_fixtures.baselines.gate import Verdict, judge, judge_ratio
+from engine_fixtures.baselines.metrics import metric
+from engine_fixtures.baselines.report import rows_for, terminal_table
+from engine_fixtures.baselines.results import RunResult
+from engine_fixtures.baselines.session import PerfSession, get_session
+from engine_fixtures.baselines.store import MissingBaseline
+from engine_fixtures.errors import ConfigError
+from engine_fixtures.options import resolve
+
+
+def marker_tolerance(item: pytest.Item, default: float | None) -> float | None:
+    """``perf(tolerance=...)``: ``10``, ``"10"`` or ``"10%"`` all mean 10 % (like --perf-tolerance)."""
+    mark = item.get_closest_marker("perf")
+    if mark is None or mark.kwargs.get("tolerance") is None:
+        return default
+    raw = mark.kwargs["tolerance"]
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool) and raw < 1:
+        raise ConfigError(f"perf(tolerance={raw!r}) on {item.nodeid} would mean {raw}%: tolerances are in "
+                          f"percent like --perf-tolerance; write perf(tolerance={raw * 100:g}) for {raw:.0%}")
+    return resolve("tolerance", marker=(f"marker perf(tolerance=...) on {item.nodeid}", str(raw))).value
+
+
+def _samples(x: RunResult | Sequence[float], name: str) -> Sequence[float]:
+    if isinstance(x, RunResult):
+        if name not in x.samples:
+            raise KeyError(f"{x.scenario} has no samples for {name!r} (it has {sorted(x.samples)})")
+        return x.samples[name]
+    return x
+
+
+class PerfRecorder:
+    """The callable behind ``perf_record``."""
+
+    def __init__(self, session: PerfSession, item: pytest.Item) -> None:
+        self.session = session
+        self.item = item
+
+    def __call__(self, result: RunResult) -> list[Verdict]:
+        tolerance = marker_tolerance(self.item, self.session.settings.tolerance)
+        baseline = self.session.store.load(result.scenario)
+        if isinstance(baseline, MissingBaseline):
+            verdicts = [judge(name, None, values) for name, values in result.samples.items()]
+            self.session.record(self.item.nodeid, result, verdicts, None)
+            self._section(result, verdicts, baseline.path, "missing")
+            pytest.skip(baseline.reason)
+        verdicts = [judge(name, baseline.samples.get(name), values, tolerance)
+                    for name, values in result.samples.items()]
+        path = self.session.store.path_for(result.scenario)
+        self.session.record(self.item.nodeid, result, verdicts, path)
+        self._section(result, verdicts, path, "baseline")
+        regressions = [v for v in verdicts if v.status == "regression"]
+        if regressions:
+            lines = "\n".join(f"  {v.message}" for v in regressions)
+            pytest.fail(f"performance regression in {result.scenario} (baseline {path}):\n{lines}\n"
+                        "If this change is intended, update the baseline with "
+                        "`perf-baseline update --from <results.json>` or `pytest --perf-update-baselines`.",
+                        pytrace=False)
+        return verdicts
+
+    def _section(self, result: RunResult, verdicts: list[Verdict], path: object, label: str) -> None:
+        table = terminal_table(rows_for(result.scenario, result.arm, verdicts), width=110)
+        self.item.add_report_section("call", "perf", f"{label}: {path}\n{table}")
+
+    def ratio(self, metric_name: str, reference: RunResult | Sequence[float],
+              current: RunResult | Sequence[float], min_ratio: float, label: str = "") -> Verdict:
+        m = metric(metric_name)
+        verdict = judge_ratio(m, _samples(reference, m.name), _samples(current, m.name), min_ratio, label)
+        scenario = current.scenario if isinstance(current, RunResult) else self.item.nodeid
+        self.session.record_invariant(self.item.nodeid, scenario, verdict)
+        self.item.add_report_section("call", "perf invariant", verdict.message)
+        if verdict.status == "regression":
+            pytest.fail(f"performance invariant violated: {verdict.message}", pytrace=False)
+        return verdict
+
+
+@pytest.fixture
+def perf_record(request: pytest.FixtureRequest) -> PerfRecorder:
+    """Judge a ``RunResult`` against this machine's baseline; see the module docstring."""
+    return PerfRecorder(get_session(request.config), request.node)
+
+
+@pytest.fixture
+def perf_invariant(perf_record: PerfRecorder) -> object:
+    """``perf_invariant(metric, reference, current, min_ratio, label="") -> Verdict``."""
+    return perf_record.ratio

@@ -1,0 +1,114 @@
+"""HTML report with matplotlib plots (``Figure`` objects, Agg canvas, no pyplot state).
+
+Plots only for metrics that are present.
+
+Plots: throughput vs concurrency per arm (``requests_per_s``/``output_tokens_per_s``/``copy_per_s``
+against the arm axis ``c`` or ``concurrency``), a bar chart per gated metric comparing arms (median
+with min-max spread), TTFT distributions, and CPU share / GPU utilisation per arm.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Sequence
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from engine_fixtures.baselines.report import COLUMNS, Row, ordered
+from engine_fixtures.baselines.results import ResultsFile, RunResult
+from engine_fixtures.baselines.stats import summarize
+from engine_fixtures.baselines.store import atomic_write_text
+
+THROUGHPUT = ("requests_per_s", "output_tokens_per_s", "copy_per_s")
+CONCURRENCY_AXES = ("c", "concurrency")
+SHARE = ("producer_share_of_quota", "producer_cpu_cores", "gpu_util_mean", "throttled_ratio")
+
+
+def _png(fig: Figure) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    return f'<img src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+
+
+def _label(r: RunResult, skip: Sequence[str] = ()) -> str:
+    return ",".join(f"{k}={v}" for k, v in r.arm.items() if k not in skip) or r.scenario
+
+
+def _throughput_vs_concurrency(results: Sequence[RunResult], name: str) -> str | None:
+    series: dict[str, list[tuple[float, float]]] = {}
+    for r in results:
+        axis = next((a for a in CONCURRENCY_AXES if a in r.arm), None)
+        if axis is None or name not in r.samples:
+            continue
+        try:
+            x = float(r.arm[axis])
+        except ValueError:
+            continue
+        series.setdefault(_label(r, CONCURRENCY_AXES), []).append((x, summarize(r.samples[name]).median))
+    if not series:
+        return None
+    fig = Figure(figsize=(6, 3.5))
+    ax = fig.subplots()
+    for label, pts in sorted(series.items()):
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel(name)
+    ax.legend(fontsize=6)
+    return _png(fig)
+
+
+def _bars(results: Sequence[RunResult], name: str) -> str | None:
+    have = [r for r in results if name in r.samples]
+    if len(have) < 1:
+        return None
+    fig = Figure(figsize=(6, 0.4 * len(have) + 1.2))
+    ax = fig.subplots()
+    meds = [summarize(r.samples[name]) for r in have]
+    ax.barh(range(len(have)), [s.median for s in meds],
+            xerr=[[s.median - s.min for s in meds], [s.max - s.median for s in meds]], capsize=3)
+    ax.set_yticks(range(len(have)), [r.scenario for r in have], fontsize=6)
+    ax.set_xlabel(f"{name} (median, min-max)")
+    return _png(fig)
+
+
+def _distribution(results: Sequence[RunResult], name: str) -> str | None:
+    have = [r for r in results if name in r.samples]
+    if not have:
+        return None
+    fig = Figure(figsize=(6, 0.4 * len(have) + 1.2))
+    ax = fig.subplots()
+    ax.boxplot([list(r.samples[name]) for r in have], vert=False)
+    ax.set_yticks(range(1, len(have) + 1), [r.scenario for r in have], fontsize=6)
+    ax.set_xlabel(name)
+    return _png(fig)
+
+
+def render_html(results: ResultsFile, rows: Sequence[Row]) -> str:
+    res = results.results
+    parts = [f"<h1>Performance report</h1><p>machine <code>{html.escape(results.machine_key)}</code>, "
+             f"commit <code>{html.escape(results.suite_commit)}</code>, {html.escape(results.date)}</p>"]
+    parts.append("<table border=1><tr>" + "".join(f"<th>{c}</th>" for c in COLUMNS) + "</tr>")
+    for r in ordered(rows):
+        parts.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r.cells()) + "</tr>")
+    parts.append("</table>")
+    present = sorted({m for r in res for m in r.samples})
+    plots: list[tuple[str, str | None]] = []
+    plots += [(f"{m} vs concurrency", _throughput_vs_concurrency(res, m)) for m in THROUGHPUT if m in present]
+    plots += [(f"{m} per arm", _bars(res, m)) for m in present if m in THROUGHPUT or m.endswith("_ms")]
+    ttft = [m for m in ("ttft_p50_ms", "ttft_p99_ms") if m in present]
+    plots += [(f"{m} distribution", _distribution(res, m)) for m in ttft]
+    plots += [(f"{m} per arm", _bars(res, m)) for m in present if m in SHARE or m.startswith("cpu_cores.")]
+    for title, img in plots:
+        if img is not None:
+            parts.append(f"<h2>{html.escape(title)}</h2>{img}")
+    return "<!doctype html><html><head><meta charset='utf-8'><title>perf report</title></head><body>" + \
+        "\n".join(parts) + "</body></html>\n"
+
+
+def write_html(path: Path, results: ResultsFile, rows: Sequence[Row]) -> Path:
+    atomic_write_text(path, render_html(results, rows))
+    return path

@@ -1,0 +1,84 @@
+"""Report rows and their text renderings: terminal table (rich) and Markdown (GitHub step summary).
+
+Rows are ordered by verdict severity (``gate.STATUSES``: regressions first), then scenario, metric.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+from engine_fixtures.baselines.gate import STATUSES, Verdict
+from engine_fixtures.baselines.metrics import is_known, metric
+
+COLUMNS = ("scenario", "arm", "metric", "value", "baseline", "delta", "verdict")
+_STYLE = {"regression": "bold red", "unstable": "yellow", "no-baseline": "cyan", "improvement": "green"}
+
+
+@dataclass(frozen=True)
+class Row:
+    scenario: str
+    arm: str
+    verdict: Verdict
+
+    def cells(self) -> tuple[str, ...]:
+        v = self.verdict
+        unit = metric(v.metric).unit if is_known(v.metric) else ""
+        value = "-" if v.current_median is None else f"{v.current_median:.4g} {unit}".strip()
+        base = "-" if v.baseline_median is None else f"{v.baseline_median:.4g}"
+        delta = "-" if v.delta is None else f"{v.delta:+.1%}"
+        return (self.scenario, self.arm, v.metric, value, base, delta, v.status)
+
+
+def arm_text(arm: Mapping[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in arm.items())
+
+
+def rows_for(scenario: str, arm: Mapping[str, str], verdicts: Iterable[Verdict]) -> list[Row]:
+    return [Row(scenario, arm_text(arm), v) for v in verdicts]
+
+
+def ordered(rows: Iterable[Row]) -> list[Row]:
+    return sorted(rows, key=lambda r: (STATUSES.index(r.verdict.status), r.scenario, r.verdict.metric))
+
+
+def counts(rows: Sequence[Row]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in rows:
+        out[r.verdict.status] = out.get(r.verdict.status, 0) + 1
+    return out
+
+
+def terminal_table(rows: Sequence[Row], width: int = 120, color: bool = False) -> str:
+    """The summary table as text for the pytest terminal writer."""
+    table = Table(*COLUMNS, title="performance verdicts", show_lines=False)
+    for r in ordered(rows):
+        table.add_row(*r.cells(), style=_STYLE.get(r.verdict.status))
+    buf = io.StringIO()
+    Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
+            highlight=False).print(table)
+    return buf.getvalue()
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown(rows: Sequence[Row], notes: Sequence[str] = ()) -> str:
+    """A GitHub-flavoured Markdown summary: counts line, then the table (regressions first)."""
+    c = counts(rows)
+    lines = ["## Performance verdicts", ""]
+    lines.append(", ".join(f"{c[s]} {s}" for s in STATUSES if s in c) or "no measured results")
+    lines.append("")
+    if rows:
+        lines.append("| " + " | ".join(COLUMNS) + " |")
+        lines.append("|" + "---|" * len(COLUMNS))
+        for r in ordered(rows):
+            lines.append("| " + " | ".join(_md_escape(x) for x in r.cells()) + " |")
+        lines.append("")
+    lines.extend(f"- {n}" for n in notes)
+    return "\n".join(lines).rstrip("\n") + "\n"

@@ -1,0 +1,49 @@
+"""Metadata of one run (suite commit, date, command line, versions) stored with results and baselines."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+VERSIONED_PACKAGES = ("sglang", "torch", "sglang-perf-suite", "scipy", "numpy")
+
+
+def suite_commit(repo: Path | None = None) -> str:
+    """``git rev-parse HEAD`` of the suite (``"unknown"`` outside a git checkout); 5 s timeout."""
+    cwd = repo or Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                             timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+def versions() -> dict[str, str]:
+    """Installed versions read from distribution metadata (nothing is imported); absent ones omitted."""
+    found = {"python": platform.python_version()}
+    for name in VERSIONED_PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def run_metadata(argv: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "suite_commit": suite_commit(),
+        "date": now_iso(),
+        "command": shlex.join(sys.argv if argv is None else argv),
+        "versions": versions(),
+    }
