@@ -15,8 +15,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import select
-import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -25,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 
 from engine_fixtures.errors import ConfigError, LeakError, QuotaNotPermitted
+from engine_fixtures.process import sigkill_and_wait
 
 PERIOD_US = 100_000
 PREFIX = "perf-"
@@ -352,30 +351,13 @@ class CpuQuota:
             self._backend.remove()
 
     def kill_all(self, timeout_s: float) -> None:
-        """SIGKILL every process in the cgroup until it is empty; LeakError if one survives the timeout.
-
-        Waits on pidfds (readable once a process has exited) and never reaps, so a caller's
-        ``Popen.wait()`` still gets the real exit status."""
+        """SIGKILL every process in the cgroup until it is empty (never reaps: ``Popen.wait()`` keeps the
+        real status); LeakError if one survives ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while pids := self._backend.pids():
-            fds = []
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    fd = os.pidfd_open(pid)
-                    fds.append(fd)
-                    with contextlib.suppress(ProcessLookupError):
-                        signal.pidfd_send_signal(fd, signal.SIGKILL)
-            try:
-                pending = set(fds)
-                while pending and (left := deadline - time.monotonic()) > 0:
-                    ready, _, _ = select.select(list(pending), [], [], left)
-                    pending -= set(ready)
-            finally:
-                for fd in fds:
-                    os.close(fd)
-            if pending:
-                raise LeakError(f"processes {pids} survived SIGKILL in cgroup {self.path} for {timeout_s} s "
-                                f"(uninterruptible sleep?); inspect them with `ps -o pid,stat,wchan -p ...`")
+            if survivors := sigkill_and_wait(pids, max(0.0, deadline - time.monotonic())):
+                raise LeakError(f"processes {survivors} survived SIGKILL in cgroup {self.path} for "
+                                f"{timeout_s} s (uninterruptible sleep?); see ps -o pid,stat,wchan -p ...")
 
     def add_pid(self, pid: int) -> None:
         """Move process ``pid`` (all its threads) into this cgroup."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
+import select
 import shlex
 import signal
 import socket
@@ -24,10 +25,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import psutil
 
-from engine_fixtures.cgroups import CpuQuota
 from engine_fixtures.errors import (
     ConfigError,
     LeakError,
@@ -35,6 +36,9 @@ from engine_fixtures.errors import (
     ProcessStartError,
     QuotaNotPermitted,
 )
+
+if TYPE_CHECKING:
+    from engine_fixtures.cgroups import CpuQuota
 
 PASSTHROUGH: tuple[str, ...] = (
     "PATH", "HOME", "USER", "LANG", "LC_*", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV",
@@ -97,6 +101,30 @@ def describe_exit(returncode: int | None) -> str:
         except ValueError:
             return f"killed by signal {-returncode}"
     return f"exited with code {returncode}"
+
+
+def sigkill_and_wait(pids: Iterable[int], timeout_s: float) -> tuple[int, ...]:
+    """SIGKILL ``pids`` and wait until each has exited; return the ones still running at the timeout.
+
+    Waits on pidfds (readable once a process has exited) and never reaps, so a caller's
+    ``Popen.wait()`` still gets the real exit status."""
+    deadline = time.monotonic() + timeout_s
+    fds: dict[int, int] = {}
+    try:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                fds[os.pidfd_open(pid)] = pid
+        for fd in fds:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+        pending = set(fds)
+        while pending and (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select(list(pending), [], [], left)
+            pending -= set(ready)
+        return tuple(sorted(fds[fd] for fd in pending))
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _alive(p: psutil.Process) -> bool:
