@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from engine_fixtures.cgroups import CpuQuota, probe_quota_support
+from engine_fixtures.leaks import LeakSnapshot, no_leaks
 
 QuotaFactory = Callable[..., CpuQuota]
 
@@ -39,3 +40,11 @@ def cpu_quota_factory(cgroup_support: str | None) -> Iterator[QuotaFactory]:
             return stack.enter_context(CpuQuota(cores, name=name, root=root))
 
         yield make
+
+
+@pytest.fixture
+def leak_check() -> Iterator[LeakSnapshot]:
+    """Fail the test (at teardown) if it leaked a /dev/shm segment, a descendant or a ``perf-*`` cgroup;
+    what leaked is cleaned up. Request it before other fixtures so their teardown runs first."""
+    with no_leaks() as before:
+        yield before

@@ -1,0 +1,136 @@
+"""Leak checks: /dev/shm segments, descendant processes and ``perf-*`` cgroups that outlive their owner.
+
+Contracts:
+- ``LeakSnapshot.take()`` records the /dev/shm entries, this process's live descendants (pid plus
+  create time, so a reused pid is a new process) and every cgroup named ``cgroup_prefix*`` in each
+  cpu/cpuacct hierarchy and the v2 tree.
+- ``before.new_since(after) -> Leaks``: what exists in ``after`` but not in ``before``.
+- ``before.assert_no_new(after=None)`` raises ``LeakError`` listing every leaked item.
+- ``no_leaks()`` checks a block; with ``reap=True`` (default) it also removes what leaked (kills the
+  processes, unlinks the segments, kills and removes the cgroups) so one leak does not spread to the
+  next test. An exception from the block wins; leaks found then are cleaned and noted on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from engine_fixtures.cgroups import PREFIX, CgroupMounts
+from engine_fixtures.errors import LeakError
+from engine_fixtures.process import sigkill_and_wait
+
+SHM_DIR = Path("/dev/shm")
+
+
+def _descendants() -> frozenset[tuple[int, float]]:
+    out = set()
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.add((p.pid, p.create_time()))
+    return frozenset(out)
+
+
+def find_cgroups(prefix: str = PREFIX, mounts: CgroupMounts | None = None) -> frozenset[Path]:
+    """Every cgroup directory named ``prefix*`` under the cpu/cpuacct hierarchies and the v2 tree."""
+    mounts = mounts or CgroupMounts.discover()
+    found = set()
+    for top in mounts.cpu_tops():
+        for dirpath, dirnames, _files in os.walk(top):
+            found.update(Path(dirpath) / d for d in dirnames if d.startswith(prefix))
+    return frozenset(found)
+
+
+@dataclass(frozen=True)
+class Leaks:
+    """Things that appeared between two snapshots."""
+
+    shm: tuple[str, ...] = ()
+    processes: tuple[tuple[int, str], ...] = ()  # (pid, command line)
+    cgroups: tuple[Path, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.shm or self.processes or self.cgroups)
+
+    def describe(self) -> str:
+        lines = [f"  /dev/shm/{name}" for name in self.shm]
+        lines += [f"  process {pid}: {cmd}" for pid, cmd in self.processes]
+        lines += [f"  cgroup {path}" for path in self.cgroups]
+        return "\n".join(lines)
+
+    def reap(self, timeout_s: float = 10.0) -> None:
+        """Remove what leaked: SIGKILL processes, unlink segments, empty and remove cgroups."""
+        sigkill_and_wait([pid for pid, _ in self.processes], timeout_s)
+        for name in self.shm:
+            with contextlib.suppress(FileNotFoundError):
+                (SHM_DIR / name).unlink()
+        for path in sorted(self.cgroups, key=lambda p: len(p.parts), reverse=True):  # children first
+            procs = path / "cgroup.procs"
+            with contextlib.suppress(FileNotFoundError):
+                sigkill_and_wait([int(x) for x in procs.read_text().split()], timeout_s)
+                path.rmdir()
+
+
+@dataclass(frozen=True)
+class LeakSnapshot:
+    """What exists now: /dev/shm names, live descendants, ``perf-*`` cgroups."""
+
+    shm: frozenset[str]
+    processes: frozenset[tuple[int, float]]
+    cgroups: frozenset[Path]
+    cgroup_prefix: str = PREFIX
+
+    @classmethod
+    def take(cls, cgroup_prefix: str = PREFIX) -> LeakSnapshot:
+        shm = frozenset(os.listdir(SHM_DIR)) if SHM_DIR.is_dir() else frozenset()
+        return cls(shm, _descendants(), find_cgroups(cgroup_prefix), cgroup_prefix)
+
+    def new_since(self, after: LeakSnapshot) -> Leaks:
+        procs = []
+        for pid, _created in sorted(after.processes - self.processes):
+            try:
+                procs.append((pid, " ".join(psutil.Process(pid).cmdline())[:160]))
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                continue  # exited since: not a leak
+            except psutil.AccessDenied:
+                procs.append((pid, "?"))
+        return Leaks(tuple(sorted(after.shm - self.shm)), tuple(procs),
+                     tuple(sorted(p for p in after.cgroups - self.cgroups if p.exists())))
+
+    def assert_no_new(self, after: LeakSnapshot | None = None) -> None:
+        """LeakError listing everything that appeared since this snapshot."""
+        leaks = self.new_since(after or LeakSnapshot.take(self.cgroup_prefix))
+        if leaks:
+            raise LeakError(_message(leaks))
+
+
+def _message(leaks: Leaks) -> str:
+    return (f"leaked after the block ended:\n{leaks.describe()}\nStop processes (Supervised.stop), unlink "
+            f"shared memory (SharedMemory.unlink) and leave CpuQuota blocks before returning.")
+
+
+@contextlib.contextmanager
+def no_leaks(cgroup_prefix: str = PREFIX, reap: bool = True) -> Iterator[LeakSnapshot]:
+    """Fail with LeakError if the block leaves a /dev/shm segment, a descendant or a ``perf-*`` cgroup."""
+    before = LeakSnapshot.take(cgroup_prefix)
+    try:
+        yield before
+    except BaseException as exc:
+        leaks = before.new_since(LeakSnapshot.take(cgroup_prefix))
+        if leaks:
+            if reap:
+                leaks.reap()
+            if hasattr(exc, "add_note"):
+                exc.add_note(_message(leaks) + (" (cleaned up)" if reap else ""))
+        raise
+    leaks = before.new_since(LeakSnapshot.take(cgroup_prefix))
+    if leaks:
+        if reap:
+            leaks.reap()
+        raise LeakError(_message(leaks) + ("\n(They have been cleaned up.)" if reap else ""))

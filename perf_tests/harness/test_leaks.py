@@ -1,0 +1,117 @@
+"""leaks.py: deliberate leaks of each kind are detected, listed and cleaned up; clean blocks pass."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from engine_fixtures.cgroups import CpuQuota
+from engine_fixtures.errors import LeakError
+from engine_fixtures.leaks import SHM_DIR, LeakSnapshot, find_cgroups, no_leaks
+
+pytest_plugins = ("pytester",)
+
+
+def _shm_segment() -> Path:
+    """A POSIX shared-memory segment (what shm_open creates) that nobody unlinks."""
+    path = SHM_DIR / f"perf-leaktest-{uuid.uuid4().hex[:8]}"
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    os.ftruncate(fd, 4096)
+    os.close(fd)
+    return path
+
+
+def test_clean_block_passes() -> None:
+    with no_leaks():
+        seg = _shm_segment()
+        seg.unlink()
+        subprocess.run(["true"], check=True, timeout=30)
+
+
+def test_leaked_shm_segment_is_detected_and_removed() -> None:
+    with pytest.raises(LeakError, match=r"(?s)leaked.*/dev/shm/perf-leaktest-.*cleaned up") as info, no_leaks():
+        seg = _shm_segment()
+    assert seg.name in str(info.value)
+    assert not seg.exists()
+
+
+def test_snapshot_diff_without_reaping() -> None:
+    before = LeakSnapshot.take()
+    seg = _shm_segment()
+    try:
+        leaks = before.new_since(LeakSnapshot.take())
+        assert leaks.shm == (seg.name,)
+        assert (leaks.processes, leaks.cgroups) == ((), ())
+        with pytest.raises(LeakError, match=seg.name):
+            before.assert_no_new()
+    finally:
+        seg.unlink()
+    before.assert_no_new()
+
+
+def test_leaked_process_is_detected_and_killed() -> None:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def leaky() -> None:
+        with no_leaks():
+            procs.append(subprocess.Popen(["sleep", "1000"]))
+
+    with pytest.raises(LeakError, match=r"process \d+: sleep 1000"):
+        leaky()
+    (proc,) = procs
+    assert proc.wait(timeout=10) == -9  # killed by the cleanup, and still reapable by its owner
+
+
+def test_exception_in_block_wins_and_leak_is_noted_and_cleaned() -> None:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def failing() -> None:
+        with no_leaks():
+            procs.append(subprocess.Popen(["sleep", "1000"]))
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom") as info:
+        failing()
+    (proc,) = procs
+    assert proc.wait(timeout=10) == -9
+    assert any("sleep 1000" in note for note in getattr(info.value, "__notes__", []))
+
+
+@pytest.mark.cgroup
+def test_leaked_cgroup_is_detected_and_removed(cgroup_support: str | None) -> None:
+    q = CpuQuota(0.5, name="leaktest")
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def leaky() -> None:
+        with no_leaks():
+            q.__enter__()  # never exited: the cgroup (and the sleep inside) would outlive the test
+            procs.append(subprocess.Popen(["sleep", "1000"], preexec_fn=q.preexec_fn()))
+
+    with pytest.raises(LeakError, match=rf"cgroup .*{q.name}"):
+        leaky()
+    (proc,) = procs
+    assert proc.wait(timeout=10) == -9
+    assert not any(p.exists() for p in q.paths)
+    assert not [p for p in find_cgroups() if q.name in str(p)]
+
+
+def test_leak_check_fixture_passes_a_clean_test(leak_check: LeakSnapshot) -> None:
+    assert isinstance(leak_check, LeakSnapshot)
+
+
+def test_leak_check_fixture_fails_a_leaky_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import os, uuid
+        def test_leaky(leak_check):
+            fd = os.open(f"/dev/shm/perf-leaktest-{uuid.uuid4().hex[:8]}", os.O_CREAT | os.O_RDWR, 0o600)
+            os.close(fd)
+        """)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*LeakError*", "*/dev/shm/perf-leaktest-*"])
+    assert not list(SHM_DIR.glob("perf-leaktest-*"))
