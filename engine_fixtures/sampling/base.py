@@ -107,8 +107,11 @@ class Ticker:
             ) from self._error
 
 
-def require_closed(name: str, closed: bool) -> None:
-    """Raise unless the sampler's window has been opened and closed (summary() reads only closed windows)."""
+def require_closed(name: str, closed: bool, failure: str | None = None) -> None:
+    """Raise unless the sampler's window was opened and closed without a failure (summary() reads only
+    a window that completed)."""
+    if failure is not None:
+        raise MeasurementError(f"sampler {name!r} failed during its window ({failure}); it has no summary")
     if not closed:
         raise MeasurementError(
             f"sampler {name!r}: summary() was called before its window closed; use the sampler as a "

@@ -91,6 +91,7 @@ class CpuSampler:
         self._t0_created_frame = 0.0
         self._wall_s = 0.0
         self._closed = False
+        self._failure: str | None = None
 
     @property
     def self_cpu_s(self) -> float:
@@ -127,6 +128,9 @@ class CpuSampler:
         try:
             self._ticker.stop()
             self._observe(priming=False, reread_roles=True)
+        except BaseException as err:
+            self._failure = repr(err)
+            raise
         finally:
             self._wall_s = time.monotonic() - self._t0
             self._closed = True
@@ -218,7 +222,7 @@ class CpuSampler:
         return True, pct
 
     def summary(self) -> dict[str, float]:
-        require_closed(self.name, self._closed)
+        require_closed(self.name, self._closed, self._failure)
         if not self._wall_s > 0:
             raise MeasurementError(f"sampler {self.name!r}: the window had no duration")
         out: dict[str, float] = {}

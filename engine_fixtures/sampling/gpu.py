@@ -132,6 +132,7 @@ class GpuSampler:
         self._proc_mem: dict[str, float] = {}
         self._nvml_pids: set[int] = set()
         self._closed = False
+        self._failure: str | None = None
         self._exit = contextlib.ExitStack()
 
     def available(self) -> str | None:
@@ -159,6 +160,9 @@ class GpuSampler:
         try:
             self._ticker.stop()
             self._sample()
+        except BaseException as err:
+            self._failure = repr(err)
+            raise
         finally:
             self._exit.close()
             self._closed = True
@@ -198,7 +202,7 @@ class GpuSampler:
             self._proc_mem[key] = max(self._proc_mem.get(key, 0.0), total)
 
     def summary(self) -> dict[str, float]:
-        require_closed(self.name, self._closed)
+        require_closed(self.name, self._closed, self._failure)
         util = np.asarray(self._util)
         out = {
             "gpu.util.mean": float(util.mean()),

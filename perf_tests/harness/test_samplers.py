@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 
 import psutil
@@ -90,7 +92,9 @@ def test_busy_child_uses_one_core_idle_child_none(spawn: Spawn) -> None:
 
 
 @pytest.mark.cgroup(quota=0.5)
-def test_share_of_quota_is_one_for_a_busy_child_under_half_a_core(spawn: Spawn) -> None:
+def test_share_of_quota_is_one_for_a_busy_child_under_half_a_core(
+    spawn: Spawn, record_property: Callable[[str, object], None]
+) -> None:
     with CpuQuota(0.5, name="sampler-test") as quota:
         busy = spawn(BUSY, preexec_fn=quota.preexec_fn())
         cpu = CpuSampler(lambda: {"busy": [busy.pid]}, interval_s=0.1, quota_cores=0.5)
@@ -99,6 +103,7 @@ def test_share_of_quota_is_one_for_a_busy_child_under_half_a_core(spawn: Spawn) 
             hold(cpu, 15)
         spare_cores = (psutil.cpu_times().idle - idle0) / cpu.wall_s
         s = samplers.summary()
+    record_property("spare_cores_during_window", round(spare_cores, 3))
     assert samplers.unavailable == {}
     assert s["cpu.busy.share_of_quota"] <= 1.05, "more CPU than the quota allows was measured"
     assert s["cgroup.share_of_quota"] <= 1.05
@@ -156,9 +161,65 @@ def test_sampler_errors_are_reported_not_swallowed() -> None:
             raise OSError("role discovery failed")
         return {"me": [psutil.Process().pid]}
 
-    cpu = CpuSampler(roles, interval_s=0.05)
+    cpu = CpuSampler(roles, interval_s=0.05, roles_interval_s=0.0)
     with pytest.raises(MeasurementError, match="role discovery failed"), cpu:
         assert not cpu.wait_ticks(50, timeout_s=DEADLINE_S)
+
+
+def sampler_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("sampler-")]
+
+
+class BrokenSampler:
+    """A test double whose window cannot open (as when a device read fails at start)."""
+
+    name = "broken"
+
+    def available(self) -> str | None:
+        return None
+
+    def __enter__(self) -> BrokenSampler:
+        raise OSError("device went away")
+
+    def __exit__(self, *exc: object) -> None:
+        raise AssertionError("never entered, so never exited")
+
+    def summary(self) -> dict[str, float]:
+        return {}
+
+
+def test_no_sampler_thread_outlives_a_failure() -> None:
+    assert sampler_threads() == []
+    first = CpuSampler(lambda: {"me": [os.getpid()]}, interval_s=0.05)
+    with pytest.raises(OSError, match="device went away"), SamplerSet([first, BrokenSampler()]):
+        pass
+    assert sampler_threads() == [], "the sampler entered before the failing one was not stopped"
+    body = CpuSampler(lambda: {"me": [os.getpid()]}, interval_s=0.05, name="body")
+
+    def measured_code_fails() -> None:
+        with body:
+            hold(body, 1)
+            raise KeyError("the measured code failed")
+
+    with pytest.raises(KeyError, match="measured code failed"):
+        measured_code_fails()
+    assert sampler_threads() == []
+
+
+def test_a_failed_window_has_no_summary() -> None:
+    calls = []
+
+    def roles() -> dict[str, list[int]]:
+        calls.append(1)
+        if len(calls) > 1:
+            raise OSError("role discovery failed")
+        return {"me": [os.getpid()]}
+
+    cpu = CpuSampler(roles, interval_s=0.05, roles_interval_s=0.0)
+    with pytest.raises(MeasurementError), cpu:
+        cpu.wait_ticks(5, timeout_s=DEADLINE_S)
+    with pytest.raises(MeasurementError, match="failed during its window"):
+        cpu.summary()
 
 
 def test_bad_use_is_a_clear_error() -> None:
