@@ -93,7 +93,7 @@ def test_busy_child_uses_one_core_idle_child_none(spawn: Spawn) -> None:
 
 @pytest.mark.cgroup(quota=0.5)
 def test_share_of_quota_is_one_for_a_busy_child_under_half_a_core(
-    spawn: Spawn, record_property: Callable[[str, object], None]
+    spawn: Spawn, request: pytest.FixtureRequest
 ) -> None:
     with CpuQuota(0.5, name="sampler-test") as quota:
         busy = spawn(BUSY, preexec_fn=quota.preexec_fn())
@@ -103,7 +103,7 @@ def test_share_of_quota_is_one_for_a_busy_child_under_half_a_core(
             hold(cpu, 15)
         spare_cores = (psutil.cpu_times().idle - idle0) / cpu.wall_s
         s = samplers.summary()
-    record_property("spare_cores_during_window", round(spare_cores, 3))
+    request.node.user_properties.append(("spare_cores_during_window", round(spare_cores, 3)))
     assert samplers.unavailable == {}
     assert s["cpu.busy.share_of_quota"] <= 1.05, "more CPU than the quota allows was measured"
     assert s["cgroup.share_of_quota"] <= 1.05
