@@ -61,8 +61,7 @@ def check_model_dir(path: Path) -> dict[str, Any]:
     missing = [f for f in REQUIRED_FILES if not (path / f).is_file()]
     if missing:
         raise ConfigError(
-            f"model dir {path} lacks {', '.join(missing)}; regenerate it with "
-            "`python -m engine_fixtures.modeldir`"
+            f"model dir {path} lacks {', '.join(missing)}; regenerate it with `python -m engine_fixtures.modeldir`"
         )
     cfg = json.loads((path / "config.json").read_text())
     for key, want in (
@@ -81,23 +80,17 @@ def check_model_dir(path: Path) -> dict[str, Any]:
             raise ConfigError(f"{path}/tokenizer.json: {tok} has id {added.get(tok)}, expected {tid}")
     text = cfg.get("text_config", cfg)
     if max(added.values()) >= text["vocab_size"]:
-        raise ConfigError(
-            f"{path}: token id {max(added.values())} does not fit vocab_size {text['vocab_size']}"
-        )
+        raise ConfigError(f"{path}: token id {max(added.values())} does not fit vocab_size {text['vocab_size']}")
     tcfg = json.loads((path / "tokenizer_config.json").read_text())
     if not (
-        tcfg.get("chat_template")
-        or (path / "chat_template.json").is_file()
-        or (path / "chat_template.jinja").is_file()
+        tcfg.get("chat_template") or (path / "chat_template.json").is_file() or (path / "chat_template.jinja").is_file()
     ):
         raise ConfigError(f"{path} has no chat template; SGLang's VLM warmup would fail and the server exit")
     return cfg
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m engine_fixtures.modeldir", description=__doc__.splitlines()[0]
-    )
+    p = argparse.ArgumentParser(prog="python -m engine_fixtures.modeldir", description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path, help="directory to write")
     p.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
     p.add_argument("--check", action="store_true", help="only validate OUT (any model dir)")

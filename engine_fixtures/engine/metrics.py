@@ -78,12 +78,8 @@ class MetricsSnapshot:
             le = float(labels.get("le", "inf"))
             buckets[le] = buckets.get(le, 0.0) + value
         if not buckets:
-            raise MeasurementError(
-                f"histogram {base} is not exported by the engine; start it with --enable-metrics"
-            )
-        return Histogram(
-            tuple(sorted(buckets.items())), self.total(base + "_sum"), self.total(base + "_count")
-        )
+            raise MeasurementError(f"histogram {base} is not exported by the engine; start it with --enable-metrics")
+        return Histogram(tuple(sorted(buckets.items())), self.total(base + "_sum"), self.total(base + "_count"))
 
     @classmethod
     def parse(cls, text: str) -> MetricsSnapshot:

@@ -115,7 +115,7 @@ def arm_problems(spec: EngineSpec, proof: ArmProof) -> list[str]:
         ]
     for p in proof.processes:
         problems += [f"{p.role} pid {p.pid}: {e}" for e in p.errors]
-    mains = proof.by_role("main") + proof.by_role("tokenizer_worker")
+    mains = proof.by_role("http_server") + proof.by_role("tokenizer_worker")
     if not mains:
         problems.append("no proof from the HTTP/tokenizer process (the one that runs wrap_shm_features)")
     if spec.mm_feature_transport == "cpu":
@@ -138,9 +138,7 @@ def arm_problems(spec: EngineSpec, proof: ArmProof) -> list[str]:
         for p in mains:
             seen = p.installed.get("ipc_pool_handle_cache_env")
             if seen != env_want:
-                problems.append(
-                    f"SGLANG_USE_IPC_POOL_HANDLE_CACHE={seen} in pid {p.pid}, expected {env_want}"
-                )
+                problems.append(f"SGLANG_USE_IPC_POOL_HANDLE_CACHE={seen} in pid {p.pid}, expected {env_want}")
         rebuilds = proof.total("ipc_rebuilds", "scheduler")
         opens = proof.total("ipc_opens", "scheduler")
         if not rebuilds:

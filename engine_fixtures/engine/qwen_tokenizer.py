@@ -65,9 +65,7 @@ CHAT_TEMPLATE = (
 def byte_level_alphabet() -> list[str]:
     """GPT-2's bytes-to-unicode table (the symbols a ByteLevel pre-tokenizer emits), in byte order."""
     printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     )
     table, extra = {}, 0
     for b in range(256):
@@ -154,7 +152,5 @@ def tokenizer_config() -> dict[str, Any]:
         "split_special_tokens": False,
         "add_prefix_space": False,
         "chat_template": CHAT_TEMPLATE,
-        "added_tokens_decoder": {
-            str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in added_tokens()
-        },
+        "added_tokens_decoder": {str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in added_tokens()},
     }

@@ -58,8 +58,7 @@ class EffectiveConfig:
         """Parse a ``/server_info`` JSON object (0.5.16 or 0.5.23 layout)."""
         if not isinstance(info, Mapping):
             raise MeasurementError(
-                f"/server_info returned {type(info).__name__}, not a JSON object; "
-                "is the URL an SGLang server?"
+                f"/server_info returned {type(info).__name__}, not a JSON object; is the URL an SGLang server?"
             )
         states = info.get("internal_states") or []
         state: Mapping[str, Any] = states[0] if states and isinstance(states[0], Mapping) else {}
@@ -76,9 +75,7 @@ class EffectiveConfig:
             tp_size=_int_or_none(pick("tp_size")),
             pp_size=_int_or_none(pick("pp_size")),
             dp_size=_int_or_none(pick("dp_size")),
-            max_running_requests=eff_mrr
-            if eff_mrr is not None
-            else _int_or_none(info.get("max_running_requests")),
+            max_running_requests=eff_mrr if eff_mrr is not None else _int_or_none(info.get("max_running_requests")),
             requested_max_running_requests=_int_or_none(info.get("max_running_requests")),
             pp_max_micro_batch_size=_int_or_none(pick("pp_max_micro_batch_size")),
             pp_async_batch_depth=_int_or_none(pick("pp_async_batch_depth")),

@@ -81,9 +81,7 @@ class EngineSpec:
         if self.copy not in COPY_ARMS:
             raise bad(f"copy arm {self.copy!r} is unknown", f"use one of {', '.join(COPY_ARMS)}")
         if self.ipc_cache not in IPC_CACHE_ARMS:
-            raise bad(
-                f"ipc_cache arm {self.ipc_cache!r} is unknown", f"use one of {', '.join(IPC_CACHE_ARMS)}"
-            )
+            raise bad(f"ipc_cache arm {self.ipc_cache!r} is unknown", f"use one of {', '.join(IPC_CACHE_ARMS)}")
         for label, value in (("tp", self.tp), ("pp", self.pp)):
             if not isinstance(value, int) or value < 1:
                 raise bad(f"{label}={value!r} must be an int >= 1", f"pass {label}=1 or more")

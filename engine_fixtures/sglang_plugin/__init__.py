@@ -44,13 +44,13 @@ def load(*_args: Any, **_kwargs: Any) -> None:
     try:
         if role != "detokenizer" and requested["copy"]:
             install_copy_arm(rec, requested["copy"])
-        if role != "detokenizer":
+        if role != "detokenizer" and requested["transport"] == "cuda_ipc":
             install_ipc_probe(rec)
     except Exception as exc:  # never break the engine; the proof carries the failure
         rec.errors.append(f"install failed: {exc!r}")
     rec.start()
 
 
-def recorder() -> Any:
+def active_recorder() -> Any:
     """This process's Recorder (None when the plugin is inactive); for tests and debugging."""
     return _RECORDER

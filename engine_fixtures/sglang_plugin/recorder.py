@@ -31,11 +31,11 @@ def process_title() -> str:
 
 
 def role_of(title: str) -> str:
-    """``scheduler``, ``detokenizer``, ``tokenizer_worker`` or ``main``."""
+    """``scheduler``, ``detokenizer``, ``tokenizer_worker`` or ``http_server`` (the untitled root)."""
     for role in ("scheduler", "detokenizer", "tokenizer_worker", "data_parallel_controller"):
         if title.startswith("sglang::" + role):
             return role
-    return "main"
+    return "http_server"
 
 
 class Recorder:

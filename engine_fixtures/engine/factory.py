@@ -1,0 +1,90 @@
+"""Session-wide engine reuse: one live engine per ``EngineSpec.key``, leak-checked after every stop.
+
+Engines are expensive (minutes on a GPU), so tests asking for the same spec share one. By default at
+most one engine is live (``max_live=1``): asking for another spec stops the previous one first, so two
+engines never compete for the GPU or the CPU quota. After every stop the factory asserts that no
+process, /dev/shm segment or cgroup outlived it (``leaks.LeakSnapshot``).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine_fixtures.cgroups import PREFIX
+from engine_fixtures.engine.handle import EngineHandle, start_engine
+from engine_fixtures.engine.spec import EngineSpec
+from engine_fixtures.errors import ProcessCrashed
+from engine_fixtures.leaks import LeakSnapshot
+
+
+def cgroup_prefix(spec: EngineSpec) -> str:
+    """Prefix of the cgroups this spec's engines get (``CpuQuota(name=spec.name)``), so the leak check
+    never blames another test's quota running at the same time."""
+    return f"{PREFIX}{spec.name.removeprefix('perf').strip('-')}-"
+
+
+@dataclass
+class _Live:
+    handle: EngineHandle
+    before: LeakSnapshot
+
+
+class EngineFactory:
+    """``get(spec)`` starts or reuses; ``release(spec)`` stops one; ``close()`` stops all (session end)."""
+
+    def __init__(self, workroot: Path, deadline_s: float, *, python: str = sys.executable, max_live: int = 1):
+        self.workroot = Path(workroot)
+        self.deadline_s = deadline_s
+        self.python = python
+        self.max_live = max_live
+        self.started = 0
+        self._live: dict[str, _Live] = {}
+
+    def live(self) -> tuple[EngineHandle, ...]:
+        return tuple(v.handle for v in self._live.values())
+
+    def get(self, spec: EngineSpec, *, port: int | None = None) -> EngineHandle:
+        """A ready engine for ``spec``: the live one if it is still running, else a fresh one."""
+        entry = self._live.get(spec.key)
+        if entry is not None:
+            try:
+                entry.handle.ensure_alive()
+                return entry.handle
+            except ProcessCrashed:
+                self.release(spec)  # a dead engine is never reused; its crash is reported by the test using it
+                raise
+        while len(self._live) >= self.max_live:
+            self.release(next(iter(self._live.values())).handle.spec)
+        before = LeakSnapshot.take(cgroup_prefix(spec))
+        self.started += 1
+        workdir = self.workroot / f"{self.started:02d}-{spec.key}"
+        try:
+            handle = start_engine(spec, workdir, deadline_s=self.deadline_s, python=self.python, port=port)
+        except BaseException:
+            before.assert_no_new(LeakSnapshot.take(cgroup_prefix(spec)))
+            raise
+        self._live[spec.key] = _Live(handle, before)
+        return handle
+
+    def release(self, spec: EngineSpec) -> None:
+        """Stop the engine for ``spec`` (if live) and check that it left nothing behind."""
+        entry = self._live.pop(spec.key, None)
+        if entry is None:
+            return
+        try:
+            entry.handle.stop()
+        finally:
+            entry.before.assert_no_new(LeakSnapshot.take(cgroup_prefix(spec)))
+
+    def close(self) -> None:
+        """Stop every live engine; the first error is raised after all were stopped."""
+        errors: list[BaseException] = []
+        for live in list(self._live.values()):
+            try:
+                self.release(live.handle.spec)
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]

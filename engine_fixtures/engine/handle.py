@@ -1,0 +1,255 @@
+"""Start one engine (SGLang or any command with SGLang's HTTP surface) and hand out an ``EngineHandle``.
+
+Contract of ``start_engine``: the model path is checked first (ConfigError naming the fix), the port is
+free (ConfigError naming who holds it), the engine starts in a new session inside ``CpuQuota(spec.cpu_quota)``
+when a quota is set, and is ready when ``/health`` answers 200 within ``deadline_s``; an early exit or a
+missed deadline raises ProcessStartError with the exit status and the log tail, after everything started
+was stopped again (processes, cgroup). ``EngineHandle.stop()`` is idempotent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from collections.abc import Iterable, Mapping
+from contextlib import ExitStack
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from engine_fixtures import roles
+from engine_fixtures.cgroups import CpuQuota
+from engine_fixtures.engine.metrics import MetricsSnapshot, scrape
+from engine_fixtures.engine.proof import ArmProof, request_flush
+from engine_fixtures.engine.server_info import EffectiveConfig, fetch_server_info, http_json
+from engine_fixtures.engine.spec import EngineSpec
+from engine_fixtures.errors import ConfigError, LeakError, ProcessCrashed
+from engine_fixtures.process import (
+    LaunchSpec,
+    StopReport,
+    Supervised,
+    curated_env,
+    free_port,
+    require_free_port,
+)
+from engine_fixtures.sglang_plugin import PROOF_DIR_ENV
+from engine_fixtures.sglang_plugin.distinfo import GROUP, TARGET, write_dist_info
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HTTP_TIMEOUT_S = 10.0
+
+
+def sglang_version() -> str | None:
+    """The installed SGLang version in this interpreter, or None."""
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_model_dir(model: Path) -> None:
+    """ConfigError unless ``model`` is a local directory with a config.json."""
+    if not model.is_dir():
+        raise ConfigError(
+            f"model path {model} does not exist or is not a directory; generate a dummy-weight one "
+            f"with `python -m engine_fixtures.modeldir --shape tiny {model}` or pass --perf-model DIR"
+        )
+    if not (model / "config.json").is_file():
+        raise ConfigError(
+            f"model path {model} has no config.json; point --perf-model at a Hugging Face model "
+            "directory or generate one with `python -m engine_fixtures.modeldir`"
+        )
+
+
+def _plugin_installed() -> bool:
+    return any(e.value == TARGET for e in metadata.entry_points(group=GROUP))
+
+
+def engine_env(spec: EngineSpec, workdir: Path, version: str | None) -> dict[str, str]:
+    """Curated environment for the engine: arms, caches, proof dir, and a PYTHONPATH that finds the plugin."""
+    extra = spec.env(version)
+    paths = [str(REPO_ROOT)]
+    if spec.proof:
+        proof_dir = workdir / "proof"
+        proof_dir.mkdir(parents=True, exist_ok=True)
+        extra[PROOF_DIR_ENV] = str(proof_dir)
+        if not _plugin_installed():
+            paths.insert(0, str(write_dist_info(workdir / "plugin-path").parent))
+    env = curated_env(extra)
+    env["PYTHONPATH"] = ":".join([*paths, *filter(None, [env.get("PYTHONPATH", "")])])
+    return env
+
+
+class EngineHandle:
+    """A running engine: URL, roles, effective config, metrics, cache flush, arm proof, stop."""
+
+    def __init__(
+        self,
+        spec: EngineSpec,
+        proc: Supervised,
+        port: int,
+        workdir: Path,
+        stack: ExitStack,
+        quota: CpuQuota | None,
+        version: str | None,
+    ) -> None:
+        self.spec = spec
+        self.proc = proc
+        self.port = port
+        self.workdir = workdir
+        self.quota = quota
+        self.version = version
+        self.url = f"http://127.0.0.1:{port}"
+        self.ready_s: float | None = None
+        self._stack = stack
+        self._config: EffectiveConfig | None = None
+        self._stopped: StopReport | None = None
+        self._known: dict[int, psutil.Process] = {}
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def log_path(self) -> Path:
+        return self.proc.spec.log_path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def proof_dir(self) -> Path:
+        return self.workdir / "proof"
+
+    def url_for(self, *parts: str) -> str:
+        return self.url + "/" + "/".join(p.strip("/") for p in parts)
+
+    def pids(self) -> Mapping[str, tuple[int, ...]]:
+        """Live pids by role (``http_server``, ``scheduler``, ``detokenizer``, ...), from process titles."""
+        found = roles.discover(self.pid, roles.SGLANG_ROLES)
+        self._remember(p for pids in found.values() for p in pids)
+        return found
+
+    def _remember(self, pids: Iterable[int]) -> None:
+        for pid in pids:
+            if pid != self.pid and pid not in self._known:
+                with contextlib.suppress(psutil.Error):
+                    self._known[pid] = psutil.Process(pid)
+
+    def _reap_orphans(self, timeout_s: float = 10.0) -> None:
+        """Stop descendants seen earlier that outlived the root (e.g. after the root was SIGKILLed)."""
+        left = [p for p in self._known.values() if p.is_running()]
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for p in left:
+                with contextlib.suppress(psutil.Error):
+                    p.send_signal(sig)
+            _gone, left = psutil.wait_procs(left, timeout=timeout_s)
+            if not left:
+                return
+        raise LeakError(f"engine processes {[p.pid for p in left]} survived SIGKILL for {timeout_s} s")
+
+    def log_tail(self, lines: int = 40) -> str:
+        return self.proc.log_tail(lines)
+
+    def ensure_alive(self) -> None:
+        """ProcessCrashed (exit status + log tail) if the engine has exited."""
+        self.proc.ensure_alive()
+
+    # ------------------------------------------------------------------ HTTP
+    def _http(self, path: str, method: str = "GET", timeout_s: float = HTTP_TIMEOUT_S) -> tuple[int, Any]:
+        try:
+            return http_json(self.url + path, timeout_s, method)
+        except OSError as exc:
+            self.ensure_alive()
+            raise ProcessCrashed(
+                f"engine at {self.url} did not answer {method} {path} within {timeout_s} s "
+                f"({exc}); log tail:\n{self.log_tail()}"
+            ) from None
+
+    def health(self, timeout_s: float = HTTP_TIMEOUT_S) -> bool:
+        """True iff ``/health`` answers 200 (SGLang: warmup done)."""
+        try:
+            status, _ = http_json(self.url + "/health", timeout_s)
+        except OSError:
+            return False
+        return status == 200
+
+    @property
+    def config(self) -> EffectiveConfig:
+        """The effective configuration read back from ``/server_info`` (cached after the first read)."""
+        if self._config is None:
+            self.ensure_alive()
+            self._config = fetch_server_info(self.url, HTTP_TIMEOUT_S)
+        return self._config
+
+    def metrics(self) -> MetricsSnapshot:
+        self.ensure_alive()
+        return scrape(self.url, HTTP_TIMEOUT_S)
+
+    def flush_cache(self, timeout_s: float = 30.0) -> bool:
+        """POST ``/flush_cache``; True if flushed, False if the engine refused (requests in flight)."""
+        status, _ = self._http("/flush_cache", "POST", timeout_s)
+        return status == 200
+
+    def proof(self, deadline_s: float = 10.0) -> ArmProof:
+        """Ask every live engine process to flush its proof now and read all proofs back."""
+        if not self.spec.proof:
+            raise ConfigError("this engine was started with EngineSpec(proof=False); there is no arm proof")
+        pids = self.pids()  # processes that load SGLang plugins (0.5.16: not the detokenizer)
+        live = {self.pid, *pids.get("scheduler", ()), *pids.get("tokenizer_worker", ())}
+        return request_flush(self.proof_dir, live, deadline_s)
+
+    # ------------------------------------------------------------------ stop
+    def stop(self) -> StopReport:
+        """Stop the whole tree, then remove the cgroup. Idempotent."""
+        if self._stopped is None:
+            try:
+                self._stopped = self.proc.stop()
+                self._reap_orphans()
+            finally:
+                self._stack.close()
+        return self._stopped
+
+    def __repr__(self) -> str:
+        return f"EngineHandle({self.spec.name} pid={self.pid} {self.url} arm={self.spec.arm})"
+
+
+def start_engine(
+    spec: EngineSpec,
+    workdir: Path,
+    *,
+    deadline_s: float,
+    python: str = sys.executable,
+    port: int | None = None,
+) -> EngineHandle:
+    """Launch ``spec`` and wait until it is ready; see the module docstring for the error contract."""
+    check_model_dir(Path(spec.model))
+    if port is None:
+        port = free_port()
+    else:
+        require_free_port(port)
+    workdir.mkdir(parents=True, exist_ok=True)
+    version = sglang_version() if spec.launcher == ("-m", "sglang.launch_server") else None
+    env = engine_env(spec, workdir, version)
+    launch = LaunchSpec(
+        tuple(spec.argv(python, port, version)), workdir / "engine.log", env, cwd=workdir, name=spec.name
+    )
+    stack = ExitStack()
+    try:
+        quota = stack.enter_context(CpuQuota(spec.cpu_quota, name=spec.name)) if spec.cpu_quota else None
+        proc = Supervised.start(launch, sandbox=quota)
+        stack.callback(proc.stop)  # runs before the cgroup is removed (LIFO)
+        handle = EngineHandle(spec, proc, port, workdir, stack, quota, version)
+        handle.ready_s = proc.wait_ready(lambda: handle.health(min(HTTP_TIMEOUT_S, deadline_s)), deadline_s)
+        found = roles.wait_for_roles(
+            handle.pid,
+            {"scheduler": spec.tp * spec.pp, "detokenizer": 1},
+            min(60.0, deadline_s),
+            alive=proc.ensure_alive,
+        )
+        handle._remember(p for pids in found.values() for p in pids)
+    except BaseException:
+        stack.close()
+        raise
+    return handle

@@ -1,0 +1,230 @@
+"""A stub with SGLang's process titles and HTTP surface, for the engine fixture's CPU self-tests only.
+
+It parses the flags ``EngineSpec.argv`` produces (argparse exits 2 on an unknown flag, like SGLang),
+spawns children titled like SGLang's (``sglang::scheduler[_PP<p>][_TP<t>]`` per rank and
+``sglang::detokenizer``; they exit when the parent's pipe closes), and serves ``/health``,
+``/server_info`` (0.5.16 layout: the resolved PP cap only in ``internal_states[0]``), ``/metrics`` (prometheus_client), ``/flush_cache`` and streaming
+``/v1/chat/completions``. Requests beyond ``--max-running-requests`` queue, as in SGLang.
+Failure modes for the tests: ``--stub-mode crash-before-ready | never-ready``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+DEFAULT_MAX_RUNNING = 64
+
+
+def _load_plugins() -> None:
+    """What SGLang's ``load_plugins()`` does: call every ``sglang.srt.plugins`` entry point."""
+    if os.environ.get("PERF_ARMS_PROOF_DIR"):
+        for ep in metadata.entry_points(group="sglang.srt.plugins"):
+            ep.load()()
+
+
+def child(title: str, conn: mp.connection.Connection) -> None:
+    import setproctitle
+
+    setproctitle.setproctitle(title)
+    _load_plugins()
+    conn.send("up")
+    with contextlib.suppress(EOFError):
+        conn.recv()  # blocks until the parent sends or dies (EOF)
+
+
+def scheduler_titles(pp: int, tp: int) -> list[str]:
+    """SGLang's scheduler titles: ``sglang::scheduler[_PP<p>][_TP<t>]`` (suffixes only when size > 1)."""
+    return [
+        "sglang::scheduler" + (f"_PP{p}" if pp > 1 else "") + (f"_TP{t}" if tp > 1 else "")
+        for p in range(pp)
+        for t in range(tp)
+    ]
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="stub_engine")
+    p.add_argument("--model-path", required=True, type=Path)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    for flag in (
+        "--load-format",
+        "--attention-backend",
+        "--mm-attention-backend",
+        "--sampling-backend",
+        "--grammar-backend",
+        "--mm-feature-transport",
+    ):
+        p.add_argument(flag)
+    p.add_argument("--tp-size", type=int, default=1)
+    p.add_argument("--pp-size", type=int, default=1)
+    p.add_argument("--pp-max-micro-batch-size", type=int, default=None)
+    p.add_argument("--pp-async-batch-depth", type=int, default=0)
+    p.add_argument("--max-running-requests", type=int, default=None)
+    p.add_argument("--mem-fraction-static", type=float)
+    p.add_argument("--mm-preprocess-cache-size-mb", type=int)
+    p.add_argument("--disable-radix-cache", action="store_true")
+    p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--stub-mode", choices=("ok", "crash-before-ready", "never-ready"), default="ok")
+    p.add_argument("--stub-token-ms", type=float, default=2.0)
+    return p.parse_args(argv)
+
+
+class Stub:
+    def __init__(self, a: argparse.Namespace) -> None:
+        from prometheus_client import CollectorRegistry, Gauge, Histogram
+
+        self.a = a
+        self.max_running = a.max_running_requests or DEFAULT_MAX_RUNNING
+        self.pp_cap = a.pp_max_micro_batch_size or max(self.max_running // a.pp_size, 1)
+        self.cap = min(self.max_running, self.pp_cap)
+        self.slots = asyncio.Semaphore(self.cap)
+        self.running = 0
+        self.queued = 0
+        self.reg = CollectorRegistry()
+        labels = {"model_name": "stub", "engine_type": "unified", "tp_rank": "0", "pp_rank": "0"}
+        self.g_running = Gauge("sglang:num_running_reqs", "running", list(labels), registry=self.reg)
+        self.g_queue = Gauge("sglang:num_queue_reqs", "queued", list(labels), registry=self.reg)
+        self.ttft = Histogram(
+            "sglang:time_to_first_token_seconds",
+            "ttft",
+            ["model_name"],
+            registry=self.reg,
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0),
+        )
+        self.g_running_l = self.g_running.labels(**labels)
+        self.g_queue_l = self.g_queue.labels(**labels)
+        self.ttft_l = self.ttft.labels(model_name="stub")  # exported (at zero) before the first request
+
+    def server_info(self) -> dict[str, object]:
+        a = self.a
+        args = {
+            "model_path": str(a.model_path),
+            "tp_size": a.tp_size,
+            "pp_size": a.pp_size,
+            "dp_size": 1,
+            "max_running_requests": a.max_running_requests,
+            "pp_max_micro_batch_size": a.pp_max_micro_batch_size,
+            "pp_async_batch_depth": a.pp_async_batch_depth,
+            "mm_feature_transport": a.mm_feature_transport,
+            "disable_radix_cache": a.disable_radix_cache,
+            "enable_metrics": a.enable_metrics,
+        }
+        state = {
+            **args,
+            "pp_max_micro_batch_size": self.pp_cap,
+            "effective_max_running_requests_per_dp": self.max_running,
+            "last_gen_throughput": 0.0,
+        }
+        return {
+            **args,
+            "status": "ready",
+            "max_total_num_tokens": 65536,
+            "internal_states": [state],
+            "version": "0.0.0-stub",
+        }
+
+    async def chat(self, request):  # type: ignore[no-untyped-def]
+        from aiohttp import web
+
+        body = await request.json()
+        n = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+        t0 = time.perf_counter()
+        self.queued += 1
+        self.g_queue_l.set(self.queued)
+        async with self.slots:
+            self.queued -= 1
+            self.running += 1
+            self.g_queue_l.set(self.queued)
+            self.g_running_l.set(self.running)
+            try:
+                resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+                await resp.prepare(request)
+                for i in range(n):
+                    await asyncio.sleep(self.a.stub_token_ms / 1000.0)  # the stub's stand-in for decode work
+                    if i == 0:
+                        self.ttft_l.observe(time.perf_counter() - t0)
+                    chunk = {
+                        "id": "stub",
+                        "object": "chat.completion.chunk",
+                        "choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}],
+                    }
+                    await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                usage = {
+                    "id": "stub",
+                    "choices": [],
+                    "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n},
+                }
+                await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
+                await resp.write_eof()
+                return resp
+            finally:
+                self.running -= 1
+                self.g_running_l.set(self.running)
+
+    def app(self):  # type: ignore[no-untyped-def]
+        from aiohttp import web
+        from prometheus_client import generate_latest
+
+        async def health(_r):  # type: ignore[no-untyped-def]
+            return web.Response(text="ok")
+
+        async def info(_r):  # type: ignore[no-untyped-def]
+            return web.json_response(self.server_info())
+
+        async def metrics(_r):  # type: ignore[no-untyped-def]
+            if not self.a.enable_metrics:
+                return web.Response(status=404, text="not found")
+            return web.Response(body=generate_latest(self.reg), content_type="text/plain")
+
+        async def flush(_r):  # type: ignore[no-untyped-def]
+            if self.running or self.queued:
+                return web.Response(status=400, text=f"#running-req={self.running}, #queue-req={self.queued}")
+            return web.Response(text="Cache flushed.")
+
+        app = web.Application()
+        app.router.add_get("/health", health)
+        app.router.add_get("/server_info", info)
+        app.router.add_get("/metrics", metrics)
+        app.router.add_route("*", "/flush_cache", flush)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(sys.argv[1:] if argv is None else argv)
+    if not (a.model_path / "config.json").is_file():
+        print(f"stub_engine: no config.json in {a.model_path}", file=sys.stderr, flush=True)
+        return 1
+    if a.stub_mode == "crash-before-ready":
+        print("stub_engine: simulated crash during model load (RuntimeError: CUDA out of memory)", flush=True)
+        return 3
+    _load_plugins()
+    ctx = mp.get_context("spawn")
+    pipes = []
+    for title in (*scheduler_titles(a.pp_size, a.tp_size), "sglang::detokenizer"):
+        parent_end, child_end = ctx.Pipe()
+        ctx.Process(target=child, args=(title, child_end), daemon=True).start()
+        pipes.append(parent_end)
+    for conn in pipes:
+        conn.recv()  # each child is up and titled
+    print("stub_engine: children up", flush=True)
+    if a.stub_mode == "never-ready":
+        pipes[0].recv()  # blocks forever (until killed): never serves
+    from aiohttp import web
+
+    print(f"stub_engine: serving on {a.host}:{a.port}", flush=True)
+    web.run_app(Stub(a).app(), host=a.host, port=a.port, print=None, handle_signals=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The arm proof: the plugin's recorder and copy classifier, and the judge that fails a wrong arm."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from engine_fixtures.engine.proof import ArmProof, ProcessProof, arm_problems, assert_arm, read_proofs, request_flush
+from engine_fixtures.engine.spec import EngineSpec
+from engine_fixtures.errors import ConfigError
+from engine_fixtures.sglang_plugin.arms import classify_copy
+from engine_fixtures.sglang_plugin.distinfo import plugin_visible, write_dist_info
+from engine_fixtures.transport import sglang_compat
+
+MODEL = Path("/m")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def proc(role: str, pid: int = 1, **counters: float) -> ProcessProof:
+    installed = {"ipc_pool_handle_cache_env": "0"}
+    return ProcessProof(pid, role, role, "0.5.16", {}, installed, counters, (), 0)
+
+
+def test_copy_arm_that_ran_passes_and_wrong_or_missing_copies_fail() -> None:
+    buffer = EngineSpec(MODEL, copy="buffer")
+    assert arm_problems(buffer, ArmProof((proc("http_server", shm_copies_buffer=40),))) == []
+    wrong = arm_problems(buffer, ArmProof((proc("http_server", shm_copies_buffer=3, shm_copies_torch=37),)))
+    assert any("ran another implementation" in p for p in wrong)
+    none = arm_problems(buffer, ArmProof((proc("http_server"),)))
+    assert any("zero buffer SHM copies" in p for p in none)
+    with pytest.raises(ConfigError, match="did not run as requested"):
+        assert_arm(buffer, ArmProof((proc("http_server", shm_copies_torch=40),)))
+    assert "plugin did not load" in arm_problems(buffer, ArmProof(()))[0]
+
+
+@pytest.mark.parametrize(
+    ("cache", "opens", "ok"),
+    [("on", 1, True), ("on", 40, False), ("off", 40, True), ("off", 2, False)],
+)
+def test_ipc_cache_arm_is_judged_by_opens_per_rebuild(cache: str, opens: float, ok: bool) -> None:
+    spec = EngineSpec(MODEL, mm_feature_transport="cuda_ipc", ipc_cache=cache)
+    main = proc("http_server")
+    main = ProcessProof(
+        1, "http_server", "m", None, {}, {"ipc_pool_handle_cache_env": "1" if cache == "on" else "0"}, {}, (), 0
+    )
+    proof = ArmProof((main, proc("scheduler", 2, ipc_rebuilds=40, ipc_opens=opens)))
+    assert (arm_problems(spec, proof) == []) is ok
+    zero = ArmProof((main, proc("scheduler", 2)))
+    assert any("zero IPC features" in p for p in arm_problems(spec, zero))
+
+
+class StockShm:
+    """Mirrors SGLang 0.5.16's ``ShmPointerMMData.__init__`` copy lines (the classifier's and rewrite's input)."""
+
+    def __init__(self, tensor, precomputed_hash=None):
+        nbytes = tensor.numel() * tensor.element_size()
+        shm = SimpleNamespace(buf=memoryview(bytearray(nbytes)))
+        try:
+            dst = torch.frombuffer(shm.buf, dtype=torch.uint8)
+            dst.copy_(tensor.view(torch.uint8).reshape(-1))
+        except BaseException:
+            raise
+        self.shm = shm
+
+
+stock_init = StockShm.__init__
+
+
+def test_classifier_reads_the_code_that_really_runs() -> None:
+    buffer_init = sglang_compat.buffer_copy_init(stock_init)
+    assert classify_copy(stock_init) == "torch"
+    assert classify_copy(buffer_init) == "buffer"
+
+    class Shm:
+        __init__ = stock_init
+
+    sglang_compat.apply_copy_arm(Shm, "buffer")
+    assert classify_copy(Shm.__init__) == "buffer"  # through the counting wrapper
+    t = torch.arange(6, dtype=torch.int16)
+    assert bytes(Shm(t).shm.buf) == t.numpy().tobytes()  # the rewrite still copies the bytes
+    sglang_compat.restore(Shm)
+    assert classify_copy(Shm.__init__) == "torch"
+
+
+def test_plugin_writes_proof_in_a_real_process_and_answers_flush_requests(tmp_path: Path) -> None:
+    """Load the plugin through its entry point in a child (as SGLang does) and read the proof back."""
+    site = tmp_path / "site"
+    write_dist_info(site)
+    proof_dir = tmp_path / "proof"
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": f"{site}:{REPO}",
+        "PERF_ARMS_PROOF_DIR": str(proof_dir),
+        "PERF_ARMS_COPY": "buffer",
+        "PERF_ARMS_TRANSPORT": "cpu",
+    }
+    assert plugin_visible(sys.executable, env)
+    code = (
+        "import importlib.metadata as m, sys\n"
+        "[e.load()() for e in m.entry_points(group='sglang.srt.plugins')]\n"
+        "import engine_fixtures.sglang_plugin as p; p.active_recorder().add('probe', 2)\n"
+        "sys.stdout.write('up\\n'); sys.stdout.flush(); sys.stdin.read()\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"up\n"
+        proof = request_flush(proof_dir, {child.pid}, deadline_s=10.0)
+        assert proof.extra["flush_missing_pids"] == []
+        (p,) = proof.processes
+        assert p.pid == child.pid
+        assert p.role == "http_server"
+        assert p.requested["copy"] == "buffer"
+        assert p.count("probe") == 2
+        assert any("copy: cannot import" in e for e in p.errors)  # no SGLang here: the proof says so
+    finally:
+        child.communicate(b"", timeout=10)
+    assert child.returncode == 0
+    final = json.loads(next(proof_dir.glob("proof-*.json")).read_text())
+    assert final["counters"]["probe"] == 2
+    assert read_proofs(proof_dir).total("probe") == 2
