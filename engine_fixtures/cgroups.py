@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from engine_fixtures.errors import ConfigError, LeakError, QuotaNotPermitted
+from engine_fixtures.errors import ConfigError, LeakError, MeasurementError, QuotaNotPermitted
 from engine_fixtures.process import sigkill_and_wait
 
 PERIOD_US = 100_000
@@ -86,12 +86,9 @@ class CgroupMounts:
         return tuple(dict.fromkeys(tops))
 
 
-def cgroup_paths_of(pid: int, mounts: CgroupMounts, controller: str,
-                    require_v2_controller: bool = False) -> list[tuple[Path, Path, int]]:
-    """(leaf directory, mountpoint, version) of ``pid``'s cgroup in each hierarchy holding ``controller``.
-
-    v2 is included for ``cpu`` (cpu.max may sit on any ancestor); with ``require_v2_controller`` only if
-    the leaf's ``cgroup.controllers`` lists it."""
+def cgroup_paths_of(pid: int, mounts: CgroupMounts, controller: str) -> list[tuple[Path, Path, int]]:
+    """(leaf directory, mountpoint, version) of ``pid``'s cgroup in each hierarchy holding ``controller``
+    (v2 is included for ``cpu``: cpu.max may sit on any ancestor)."""
     out: list[tuple[Path, Path, int]] = []
     for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
         hid, _, rest = line.partition(":")
@@ -104,22 +101,13 @@ def cgroup_paths_of(pid: int, mounts: CgroupMounts, controller: str,
         rel = os.path.relpath(path, mount.root)
         if rel.startswith(".."):
             continue  # this cgroup lies outside what the mount shows
-        leaf = mount.mountpoint if rel == "." else mount.mountpoint / rel
-        if mount.version == 2 and require_v2_controller:
-            ctrl_file = leaf / "cgroup.controllers"
-            if not ctrl_file.exists() or controller not in ctrl_file.read_text().split():
-                continue
-        out.append((leaf, mount.mountpoint, mount.version))
+        out.append((mount.mountpoint if rel == "." else mount.mountpoint / rel, mount.mountpoint, mount.version))
     return out
 
 
 def _read_kv(path: Path) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for line in path.read_text().splitlines():
-        key, _, value = line.partition(" ")
-        if value.strip().lstrip("-").isdigit():
-            out[key] = int(value)
-    return out
+    pairs = (line.split() for line in path.read_text().splitlines())
+    return {p[0]: int(p[1]) for p in pairs if len(p) == 2 and p[1].lstrip("-").isdigit()}
 
 
 def parse_cpu_max(text: str) -> float | None:
@@ -154,15 +142,8 @@ def _limit_at(directory: Path, version: int) -> float | None:
 
 def quota_along(leaf: Path, top: Path, version: int) -> float | None:
     """Min quota (cores) from ``leaf`` up to and including ``top``; None if none of them limits."""
-    limits: list[float] = []
-    directory = leaf
-    while True:
-        limit = _limit_at(directory, version)
-        if limit is not None:
-            limits.append(limit)
-        if directory == top or directory.parent == directory or top not in directory.parents:
-            break
-        directory = directory.parent
+    chain = [leaf, *(d for d in leaf.parents if d == top or top in d.parents)] if top != leaf else [leaf]
+    limits = [q for d in chain if (q := _limit_at(d, version)) is not None]
     return min(limits) if limits else None
 
 
@@ -190,11 +171,7 @@ class Backend:
         return tuple(p / "cgroup.procs" for p in self.paths)
 
     def pids(self) -> tuple[int, ...]:
-        pids: set[int] = set()
-        for f in self.procs_files():
-            if f.exists():
-                pids.update(int(x) for x in f.read_text().split())
-        return tuple(sorted(pids))
+        return tuple(sorted({int(x) for f in self.procs_files() if f.exists() for x in f.read_text().split()}))
 
     def remove(self) -> None:
         for p in reversed(self.paths):
@@ -258,31 +235,61 @@ class V1Backend(Backend):
 
     def stat(self) -> CpuStat:
         kv = _read_kv(self.paths[0] / "cpu.stat")
-        usage_ns = int((self.acct / "cpuacct.usage").read_text()) if self.acct is not None else 0
+        if self.acct is None:
+            raise MeasurementError(f"no cpuacct hierarchy matches {self.paths[0]}: CPU usage cannot be "
+                                   f"measured; mount the v1 cpuacct controller (or use cgroup v2)")
+        usage_ns = int((self.acct / "cpuacct.usage").read_text())
         return CpuStat(usage_ns / 1e9, kv.get("nr_periods", 0), kv.get("nr_throttled", 0),
                        kv.get("throttled_time", 0) / 1e9)
 
 
+def _lists_cpu(f: Path) -> bool:
+    return f.exists() and "cpu" in f.read_text().split()
+
+
+def v2_sandbox_parent(leaf: Path, top: Path) -> Path | None:
+    """Where a v2 sandbox can live: the root cgroup itself, our cgroup if its subtree already has cpu,
+    else our cgroup's parent (a sibling of ours) if that parent hands cpu down to us."""
+    if leaf == top:
+        return leaf if _lists_cpu(leaf / "cgroup.controllers") else None
+    if _lists_cpu(leaf / "cgroup.subtree_control"):
+        return leaf
+    return leaf.parent if _lists_cpu(leaf / "cgroup.controllers") else None
+
+
+def _v1_acct(cpu_dir: Path, mounts: CgroupMounts) -> Path | None:
+    """The cpuacct directory matching a v1 cpu directory (itself when co-mounted "cpu,cpuacct")."""
+    if (cpu_dir / "cpuacct.usage").exists():
+        return cpu_dir
+    cpu_m, acct_m = mounts.v1("cpu"), mounts.v1("cpuacct")
+    if cpu_m is None or acct_m is None or cpu_m.mountpoint not in (cpu_dir, *cpu_dir.parents):
+        return None
+    acct = acct_m.mountpoint / cpu_dir.relative_to(cpu_m.mountpoint)
+    return acct if acct.is_dir() else None
+
+
 def _backend_for(root: Path | None, name: str) -> Backend:
-    """A backend under ``root`` (a cgroup directory: v2 if it has cgroup.controllers, else v1), or under
-    this process's own cgroup in the real hierarchy (v2 if it has a cpu controller, else v1)."""
+    """A backend under ``root`` (a cgroup directory: v2 if it has cgroup.controllers, else v1), or next
+    to this process's own cgroup in the real hierarchy (v2 if it can have cpu there, else v1)."""
+    mounts = CgroupMounts.discover()
     if root is not None:
         if (root / "cgroup.controllers").exists():
             return V2Backend(root, name)
-        acct = root if (root / "cpuacct.usage").exists() else None
-        return V1Backend(root, acct, name)
-    mounts = CgroupMounts.discover()
-    own = {(version, ctrl): leaf for ctrl in ("cpu", "cpuacct")
-           for leaf, _top, version in cgroup_paths_of(os.getpid(), mounts, ctrl, require_v2_controller=True)}
+        return V1Backend(root, _v1_acct(root, mounts), name)
+    own = {(version, ctrl): (leaf, top) for ctrl in ("cpu", "cpuacct")
+           for leaf, top, version in cgroup_paths_of(os.getpid(), mounts, ctrl)}
+    detail = "no cgroup v2 mount"
     if (2, "cpu") in own:
-        return V2Backend(own[(2, "cpu")], name)
+        leaf, top = own[(2, "cpu")]
+        if (parent := v2_sandbox_parent(leaf, top)) is not None:
+            return V2Backend(parent, name)
+        detail = (f"cgroup v2: this process's cgroup {leaf} does not get the cpu controller "
+                  f"({leaf.parent if leaf != top else leaf}/cgroup.subtree_control lacks +cpu)")
     if (1, "cpu") in own:
-        return V1Backend(own[(1, "cpu")], own.get((1, "cpuacct")), name)
-    v2 = mounts.v2
-    detail = f"cgroup v2 at {v2.mountpoint} lacks the cpu controller" if v2 else "no cgroup v2 mount"
+        return V1Backend(own[(1, "cpu")][0], _v1_acct(own[(1, "cpu")][0], mounts), name)
     raise QuotaNotPermitted(
-        f"no cgroup CPU controller is available ({detail}, no v1 cpu hierarchy mounted); mount one or "
-        f"delegate cpu to this cgroup (cgroup.subtree_control needs +cpu), {NO_QUOTA_FIX}")
+        f"no usable cgroup CPU controller ({detail}; no v1 cpu hierarchy); run the suite in a cgroup whose "
+        f"parent delegates cpu (e.g. systemd-run --scope -p Delegate=yes), {NO_QUOTA_FIX}")
 
 
 class CpuQuota:
@@ -315,11 +322,6 @@ class CpuQuota:
     def __enter__(self) -> CpuQuota:
         try:
             self._backend.create(self.cores)
-        except PermissionError as exc:
-            self._remove_quietly()
-            raise QuotaNotPermitted(
-                f"cannot create cgroup {self.path} ({exc.strerror}); run as root, or on cgroup v2 delegate "
-                f"the subtree to this user (cgroup.subtree_control needs +cpu), {NO_QUOTA_FIX}") from None
         except OSError as exc:
             self._remove_quietly()
             if exc.errno == errno.EINVAL:
@@ -328,8 +330,10 @@ class CpuQuota:
                                   f"parent allows {parent} cores and cgroup v1 forbids a child quota above "
                                   f"its parent's; lower the quota") from None
             if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT):
-                raise QuotaNotPermitted(f"cannot set a CPU quota in {self.path} ({exc}); {NO_QUOTA_FIX}") \
-                    from None
+                raise QuotaNotPermitted(
+                    f"cannot create cgroup {self.path} with a quota ({exc.strerror}); run as root, or on "
+                    f"cgroup v2 delegate the subtree to this user (cgroup.subtree_control needs +cpu), "
+                    f"{NO_QUOTA_FIX}") from None
             raise
         self._created = True
         return self
@@ -370,11 +374,8 @@ class CpuQuota:
 
         def join() -> None:
             for f in files:
-                fd = os.open(f, os.O_WRONLY)
-                try:
-                    os.write(fd, str(os.getpid()).encode())
-                finally:
-                    os.close(fd)
+                with open(f, "w") as fh:
+                    fh.write(str(os.getpid()))
 
         return join
 
