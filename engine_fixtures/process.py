@@ -262,7 +262,7 @@ class Supervised:
             killed.update(p.pid for p in alive)
             self._wait_root(1.0)
             psutil.wait_procs(alive, timeout=1.0)
-        terminated = tuple(sorted(({self.pid} if with_root else set()) | set(tree) - killed))
+        terminated = tuple(sorted((({self.pid} if with_root else set()) | set(tree)) - killed))
         self._report = StopReport(self.pid, self.proc.returncode, terminated, tuple(sorted(killed)),
                                   time.monotonic() - t0)
         return self._report

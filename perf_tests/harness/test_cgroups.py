@@ -11,6 +11,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine_fixtures.cgroups import (
     CgroupMounts,
@@ -36,6 +38,12 @@ BOUND_SHARE = 0.8  # an uncontended quota-bound child is throttled in nearly eve
 def test_cpu_max_round_trip(cores: float | None, text: str) -> None:
     assert format_cpu_max(cores) == text
     assert parse_cpu_max(text + "\n") == cores
+
+
+@given(st.floats(min_value=0.01, max_value=512, allow_nan=False))
+def test_cpu_max_round_trips_any_quota_to_the_microsecond(cores: float) -> None:
+    parsed = parse_cpu_max(format_cpu_max(cores))
+    assert parsed == pytest.approx(cores, abs=0.5 / 100_000)
 
 
 def test_cpu_max_rejects_non_positive() -> None:

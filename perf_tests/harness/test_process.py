@@ -143,6 +143,7 @@ def test_stop_sigkills_what_ignores_sigterm(start: Starter, tmp_path: Path) -> N
     report = sup.stop(grace_s=1.0)
     assert report.returncode == -9
     assert {sup.pid, child} <= set(report.killed)
+    assert not set(report.terminated) & set(report.killed)
     assert report.elapsed_s >= 1.0
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == "zombie"
 
