@@ -17,3 +17,4 @@ def perf_settings(pytestconfig: pytest.Config) -> Settings:
 # Fixtures of each concern (added by the module that owns them):
 from engine_fixtures.isolation_fixtures import cgroup_support, cpu_quota_factory, leak_check  # noqa: F401
 from engine_fixtures.baselines.fixtures import perf_invariant, perf_record  # noqa: F401
+from engine_fixtures.engine.fixtures import engine, engine_factory, perf_model_dir  # noqa: F401

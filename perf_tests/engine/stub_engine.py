@@ -3,8 +3,9 @@
 It parses the flags ``EngineSpec.argv`` produces (argparse exits 2 on an unknown flag, like SGLang),
 spawns children titled like SGLang's (``sglang::scheduler[_PP<p>][_TP<t>]`` per rank and
 ``sglang::detokenizer``; they exit when the parent's pipe closes), and serves ``/health``,
-``/server_info`` (0.5.16 layout: the resolved PP cap only in ``internal_states[0]``), ``/metrics`` (prometheus_client), ``/flush_cache`` and streaming
-``/v1/chat/completions``. Requests beyond ``--max-running-requests`` queue, as in SGLang.
+``/server_info`` (0.5.16 layout: the resolved PP cap only in ``internal_states[0]``), ``/metrics``
+(prometheus_client), ``/flush_cache`` and streaming ``/v1/chat/completions``. Requests beyond
+``--max-running-requests`` queue, as in SGLang.
 Failure modes for the tests: ``--stub-mode crash-before-ready | never-ready``.
 """
 

@@ -1,0 +1,144 @@
+"""GPU tier: the real SGLang engine per variant arm, a short image load, samplers, arm proof, baseline.
+
+Arms: transport cpu x copy {torch, buffer}; transport cuda_ipc x ipc_cache {on, off}. Every window is
+judged only after the arm proof shows that the requested implementation really ran. The PP cap test
+needs two GPUs and checks that the lint finds the auto micro-batch cap on the real server's read-back.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from engine_fixtures.baselines.results import RunResult
+from engine_fixtures.engine.handle import EngineHandle
+from engine_fixtures.engine.lint import check_caps, find_hidden_caps
+from engine_fixtures.engine.proof import assert_arm
+from engine_fixtures.marks import engine_skip_reason, gpu_skip_reason
+from engine_fixtures.options import SETTINGS_KEY
+
+CONCURRENCY = int(os.environ.get("PERF_ENGINE_CONCURRENCY", "16"))
+REQUESTS = int(os.environ.get("PERF_ENGINE_REQUESTS", "96"))
+
+ARMS = [
+    pytest.param({"mm_feature_transport": "cpu", "copy": "torch"}, id="cpu-copy=torch"),
+    pytest.param({"mm_feature_transport": "cpu", "copy": "buffer"}, id="cpu-copy=buffer"),
+    pytest.param({"mm_feature_transport": "cuda_ipc", "ipc_cache": "on"}, id="cuda_ipc-cache=on"),
+    pytest.param({"mm_feature_transport": "cuda_ipc", "ipc_cache": "off"}, id="cuda_ipc-cache=off"),
+]
+
+
+def _skip_unless(count: int) -> None:
+    reason = engine_skip_reason() or gpu_skip_reason(count)
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def engine_ready() -> None:
+    """Skips (fact + fix) before the engine fixture would try to start SGLang on a box without it."""
+    _skip_unless(1)
+
+
+@pytest.fixture
+def engine_ready_2gpu() -> None:
+    _skip_unless(2)
+
+
+def workload():  # type: ignore[no-untyped-def]
+    from engine_fixtures.loadgen.spec import WorkloadSpec
+
+    return WorkloadSpec(
+        num_requests=REQUESTS,
+        concurrency=CONCURRENCY,
+        warmup_requests=CONCURRENCY,
+        image_resolution=(448, 448),
+        output_tokens=32,
+    )
+
+
+def measure_window(engine: EngineHandle, gpus: tuple[int, ...], hz: float) -> dict[str, float]:
+    """One load window with CPU (per role) and GPU sampling; returns flat metric values."""
+    from engine_fixtures.loadgen.runner import run_load
+    from engine_fixtures.sampling.base import SamplerSet
+    from engine_fixtures.sampling.cpu import CpuSampler
+    from engine_fixtures.sampling.gpu import GpuSampler
+
+    before = engine.proof().summary()
+    cpu = CpuSampler(engine.pids, 1.0 / hz, engine.spec.cpu_quota)
+    gpu = GpuSampler(gpus, engine.pids, 1.0 / hz)
+    with SamplerSet([cpu, gpu]):
+        report = run_load(engine.url, workload())
+    engine.ensure_alive()
+    after = engine.proof().summary()
+    values = {
+        "requests_per_s": report.requests_per_s,
+        "output_tokens_per_s": report.output_tokens_per_s,
+        "ttft_p50_ms": report.ttft.p50,
+        "ttft_p99_ms": report.ttft.p99,
+        "achieved_concurrency": report.achieved_concurrency,
+    }
+    if report.tpot is not None:
+        values["tpot_p50_ms"] = report.tpot.p50
+    for key, value in cpu.summary().items():
+        parts = key.split(".")  # cpu.<role>.cores / threads.<role>.max
+        if parts[0] == "cpu" and parts[-1] == "cores":
+            values[f"cpu_cores.{parts[1]}"] = value
+        elif parts[0] == "cpu" and parts[-1] == "share_of_quota":
+            values[f"cpu_share_of_quota.{parts[1]}"] = value
+    gsum = gpu.summary()
+    if "gpu.util.mean" in gsum:
+        values["gpu_util_mean"] = gsum["gpu.util.mean"]
+    rebuilds = after.get("ipc_rebuilds", 0.0) - before.get("ipc_rebuilds", 0.0)
+    if rebuilds > 0:
+        values["ipc_opens_per_image"] = (after.get("ipc_opens", 0.0) - before.get("ipc_opens", 0.0)) / rebuilds
+        values["rebuild_ms_per_image"] = (
+            1000 * (after.get("ipc_rebuild_s", 0.0) - before.get("ipc_rebuild_s", 0.0)) / rebuilds
+        )
+    return values
+
+
+@pytest.mark.gpu(1)
+@pytest.mark.engine
+@pytest.mark.perf
+@pytest.mark.parametrize("engine", ARMS, indirect=True)
+def test_transport_arm(engine_ready: None, engine: EngineHandle, perf_record, request: pytest.FixtureRequest) -> None:  # type: ignore[no-untyped-def]
+    settings = request.config.stash[SETTINGS_KEY]
+    check_caps(engine.config, CONCURRENCY)  # a hidden cap would make every number meaningless
+    samples: dict[str, list[float]] = {}
+    for _ in range(settings.repeats):
+        for name, value in measure_window(engine, settings.gpus, settings.sample_hz).items():
+            samples.setdefault(name, []).append(value)
+    assert_arm(engine.spec, engine.proof())  # fails if the requested arm is not what ran
+    spec = engine.spec
+    scenario = (
+        "engine/" + "/".join(f"{k}={v}" for k, v in spec.arm.items()) + f"/model={spec.model.name}/c={CONCURRENCY}"
+    )
+    result = RunResult(
+        scenario,
+        spec.arm,
+        {k: tuple(v) for k, v in samples.items()},
+        metadata={
+            "sglang_version": engine.version,
+            "engine_key": spec.key,
+            "ready_s": engine.ready_s,
+            "proof": engine.proof().summary(),
+            "log": str(engine.log_path),
+        },
+    )
+    perf_record(result)
+
+
+@pytest.mark.gpu(2)
+@pytest.mark.engine
+@pytest.mark.parametrize(
+    "engine", [pytest.param({"pp": 2, "gpus": (0, 1), "max_running_requests": 16}, id="pp2-auto")], indirect=True
+)
+def test_pp_auto_micro_batch_cap_is_found(engine_ready_2gpu: None, engine: EngineHandle) -> None:
+    """pp=2, max_running_requests=16: SGLang resolves the micro-batch cap to 16 // 2 = 8 < concurrency 16."""
+    cfg = engine.config
+    assert cfg.pp_size == 2
+    assert cfg.pp_max_micro_batch_size == 8, f"server reported {cfg.pp_max_micro_batch_size}; see {engine.log_path}"
+    (finding,) = find_hidden_caps(cfg, 16)
+    assert "--pp-max-micro-batch-size 16" in finding.fix
