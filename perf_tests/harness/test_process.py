@@ -12,7 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from engine_fixtures.cgroups import CpuQuota
 from engine_fixtures.errors import ConfigError, ProcessCrashed, ProcessStartError
+from engine_fixtures.leaks import no_leaks
 from engine_fixtures.process import (
     LaunchSpec,
     Supervised,
@@ -185,3 +187,37 @@ def test_ports() -> None:
         expected = rf"port {port} on 127.0.0.1 is already in use by pid \d+.*free_port"
         with pytest.raises(ConfigError, match=expected):
             require_free_port(port)
+
+
+TREE_ARGS = ("--setsid", "--title", "sglang::scheduler", "--title", "sglang::detokenizer")
+
+
+def test_failed_readiness_stops_the_whole_tree(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    argv = (sys.executable, str(PROC_TREE), "--ready-file", str(ready), *TREE_ARGS)
+    seen: list[psutil.Process] = []
+
+    def run() -> None:
+        with Supervised.start(LaunchSpec(argv, tmp_path / "t.log")) as sup:
+            sup.wait_ready(ready.exists, deadline_s=60)
+            seen.extend([psutil.Process(sup.pid), *psutil.Process(sup.pid).children(recursive=True)])
+            sup.wait_ready(lambda: False, deadline_s=0.2)  # e.g. /health never turns 200
+
+    with pytest.raises(ProcessStartError, match="was not ready"):
+        run()
+    assert len(seen) == 4  # root, two titled children in their own sessions, the resource tracker
+    assert [p.pid for p in seen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+@pytest.mark.cgroup
+def test_failed_readiness_inside_sandbox_leaves_nothing(tmp_path: Path, cgroup_support: str | None) -> None:
+    ready = tmp_path / "ready"
+    argv = (sys.executable, str(PROC_TREE), "--ready-file", str(ready), *TREE_ARGS)
+
+    def run() -> None:
+        with CpuQuota(None, name="failpath") as q, Supervised.start(LaunchSpec(argv, tmp_path / "t.log"), q) as sup:
+            sup.wait_ready(ready.exists, deadline_s=60)
+            sup.wait_ready(lambda: False, deadline_s=0.2)
+
+    with no_leaks(), pytest.raises(ProcessStartError, match="was not ready"):
+        run()  # no descendant, /dev/shm segment or perf-* cgroup survives the failure
