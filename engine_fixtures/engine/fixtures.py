@@ -64,4 +64,18 @@ def engine(request: pytest.FixtureRequest, engine_factory: EngineFactory) -> Eng
     settings = request.config.stash[SETTINGS_KEY]
     needs_model = not isinstance(param, EngineSpec) and "model" not in param
     model = request.getfixturevalue("perf_model_dir") if needs_model else Path()
-    return engine_factory.get(spec_from_param(param, model, settings.gpus))
+    spec = spec_from_param(param, model, settings.gpus)
+    return engine_factory.get(apply_quota_setting(spec, settings.cpu_quota, settings.sources["cpu_quota"]))
+
+
+def apply_quota_setting(spec: EngineSpec, setting: float | str, source: str) -> EngineSpec:
+    """``--perf-cpu-quota``: 'auto' keeps the arm's own quota, a number replaces it, 'none' skips quota arms
+    (a quota arm is never run without its quota and reported as if it had one)."""
+    if setting == "auto":
+        return spec
+    if setting == "none":
+        if spec.cpu_quota is not None:
+            pytest.skip(f"this arm measures under a {spec.cpu_quota:g}-core CPU quota, and quotas are disabled "
+                        f"(--perf-cpu-quota none from {source}); drop that option to run it")
+        return spec
+    return spec.with_(cpu_quota=float(setting))
