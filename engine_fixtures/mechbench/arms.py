@@ -18,6 +18,7 @@ PATCH = 14
 GRID = 28
 PATCH_VALUES = 3 * 2 * PATCH * PATCH  # 1176
 THREAD_ARMS = ("cpus", "64", "capped8", "1")
+AUTHKEY_ENV = "PERF_MECH_AUTHKEY"  # the consumer connection's authkey (hex), kept out of argv
 
 
 def grid_side(side: int) -> int:

@@ -1,0 +1,110 @@
+"""Self-tests of the mechanism benchmark's failure paths on real processes and a real cgroup: zero completed
+requests, a crashing or killed producer, bad arms; nothing leaks on any of them."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+import psutil
+import pytest
+
+from engine_fixtures.errors import ConfigError, MeasurementError, ProcessCrashed
+from engine_fixtures.mechbench.arms import MechArm, pixel_shape
+from engine_fixtures.mechbench.producer import MECH_PREFIX
+from engine_fixtures.mechbench.rig import Rig, mapped_semaphores, semaphore_files
+from engine_fixtures.mechbench.runner import run_arms
+from engine_fixtures.transport.shm import list_segments
+
+SMALL = MechArm(copy="torch", threads="cpus", quota=0.5, resolution=256, concurrency=2)
+
+
+@pytest.fixture
+def rig_stack(tmp_path: Path):
+    """A started small rig inside an ExitStack; after the test: no segment, process or cgroup left."""
+    before = list_segments(MECH_PREFIX)
+    stack = ExitStack()
+    rig = Rig.start(SMALL, stack, str(tmp_path), 0)
+    pids = (rig.producer.pid, rig.consumer.pid, *rig.quota.pids())
+    paths = rig.quota.paths
+    try:
+        yield rig
+    finally:
+        stack.close()
+        assert list_segments(MECH_PREFIX) - before == frozenset()
+        assert [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE] == []
+        assert [p for p in paths if p.exists()] == []
+
+
+pytestmark = pytest.mark.cgroup()
+
+
+def test_pixel_shape_matches_qwen25_vl_formula() -> None:
+    assert pixel_shape(1024) == (5476, 1176)  # 1036 / 14 = 74 patches per side
+    assert pixel_shape(512) == (1296, 1176)
+    assert pixel_shape(2048) == (21316, 1176)
+
+
+@pytest.mark.parametrize("kwargs", [{"copy": "memcpy"}, {"threads": "7"}, {"quota": 0}, {"concurrency": 0},
+                                    {"wait_policy": "spin"}])
+def test_bad_arm_is_a_config_error(kwargs) -> None:
+    with pytest.raises(ConfigError, match=r"use|must be"):
+        MechArm(**kwargs)
+
+
+def test_rig_window_measures_and_maps_no_semaphore(rig_stack: Rig) -> None:
+    m = rig_stack.window(4)
+    assert m["requests_per_s"] > 0
+    assert m["latency_p50_ms"] > 0
+    assert m["producer_cpu_cores"] > 0
+    assert {"producer_share_of_quota", "throttled_periods", "throttled_ratio"} <= m.keys()
+    assert rig_stack.semaphores == set()  # the rig uses no multiprocessing locks/queues/events
+
+
+def test_zero_completed_requests_raise_measurement_error(rig_stack: Rig) -> None:
+    rig_stack.consumer.send_signal(signal.SIGKILL)
+    rig_stack.consumer.wait(timeout=30)
+    with pytest.raises(MeasurementError, match=r"zero completed requests.*consumer connection closed"):
+        rig_stack.window(4)
+
+
+def test_producer_crash_raises_with_log_tail(rig_stack: Rig) -> None:
+    rig_stack.producer.stdin.write(json.dumps({"window": "four"}) + "\n")  # a malformed command: a real crash
+    rig_stack.producer.stdin.flush()
+    with pytest.raises(ProcessCrashed, match=r"(?s)died during a window.*exit code 1.*ValueError"):
+        rig_stack.window(4)
+
+
+def test_killed_producer_raises_process_crashed(rig_stack: Rig) -> None:
+    rig_stack.producer.send_signal(signal.SIGKILL)
+    with pytest.raises(ProcessCrashed, match="exit code -9"):
+        rig_stack.window(4)
+
+
+def test_run_arms_rejects_bad_plans() -> None:
+    with pytest.raises(ConfigError, match="repeats >= 1"):
+        run_arms([SMALL], repeats=0)
+    with pytest.raises(ConfigError, match="same arm twice"):
+        run_arms([SMALL, SMALL], repeats=1)
+
+
+def test_mapped_semaphores_sees_a_live_multiprocessing_lock() -> None:
+    """The leak check's semaphore view is real: a spawn-context Lock maps a /dev/shm/sem.mp-* file."""
+    code = ("import multiprocessing as mp, sys; lock = mp.get_context('spawn').Lock(); print('ok', flush=True); "
+            "sys.stdin.read()")
+    with subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True) as proc:
+        try:
+            assert proc.stdout.readline().strip() == "ok"
+            inodes = mapped_semaphores((proc.pid,))
+            live = semaphore_files(inodes)
+        finally:
+            proc.stdin.close()
+            proc.wait(timeout=30)
+    assert len(live) == 1, (inodes, live)
+    assert live[0].startswith("sem.mp-")
+    assert semaphore_files(inodes) == []  # released at a clean exit
