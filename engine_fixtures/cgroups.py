@@ -28,6 +28,7 @@ from engine_fixtures.process import sigkill_and_wait
 PERIOD_US = 100_000
 PREFIX = "perf-"
 NO_QUOTA_FIX = "or pass `--perf-cpu-quota none` to run without quotas (quota arms are then skipped)"
+CREATED_HERE: set[str] = set()  # names of the cgroups this process created, so leak checks blame only us
 
 
 @dataclass(frozen=True)
@@ -336,6 +337,7 @@ class CpuQuota:
                     f"{NO_QUOTA_FIX}") from None
             raise
         self._created = True
+        CREATED_HERE.add(self.name)
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,

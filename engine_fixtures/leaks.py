@@ -4,7 +4,10 @@ Contracts:
 - ``LeakSnapshot.take()`` records the /dev/shm entries, this process's live descendants (pid plus
   create time, so a reused pid is a new process) and every cgroup named ``cgroup_prefix*`` in each
   cpu/cpuacct hierarchy and the v2 tree.
-- ``before.new_since(after) -> Leaks``: what exists in ``after`` but not in ``before``.
+- ``before.new_since(after) -> Leaks``: what exists in ``after`` but not in ``before`` and is ours:
+  a new segment counts unless only processes outside this process's tree hold it (open or mapped);
+  a new cgroup counts if this process created it (``CpuQuota``) or one of our processes is in it. So
+  another test run on the same machine is neither blamed nor cleaned up.
 - ``before.assert_no_new(after=None)`` raises ``LeakError`` listing every leaked item.
 - ``no_leaks()`` checks a block; with ``reap=True`` (default) it also removes what leaked (kills the
   processes, unlinks the segments, kills and removes the cgroups) so one leak does not spread to the
@@ -21,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from engine_fixtures.cgroups import PREFIX, CgroupMounts
+from engine_fixtures.cgroups import CREATED_HERE, PREFIX, CgroupMounts
 from engine_fixtures.errors import LeakError
 from engine_fixtures.process import sigkill_and_wait
 
@@ -35,6 +38,31 @@ def _descendants() -> frozenset[tuple[int, float]]:
             if p.status() != psutil.STATUS_ZOMBIE:
                 out.add((p.pid, p.create_time()))
     return frozenset(out)
+
+
+def shm_holders() -> dict[str, set[int]]:
+    """/dev/shm name -> pids that have it open or mapped (from /proc/<pid>/fd and /proc/<pid>/maps)."""
+    holders: dict[str, set[int]] = {}
+    prefix = str(SHM_DIR) + "/"
+    for pid in psutil.pids():
+        names: set[str] = set()
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    names.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
+            names.update(line.split(None, 5)[-1].strip() for line in maps if prefix in line)
+        for name in names:
+            if name.startswith(prefix):
+                holders.setdefault(name[len(prefix):].removesuffix(" (deleted)"), set()).add(pid)
+    return holders
+
+
+def _ours(pids: set[int]) -> set[int]:
+    """The subset of ``pids`` that is this process or one of its descendants."""
+    me = psutil.Process()
+    tree = {me.pid} | {p.pid for p in me.children(recursive=True)}
+    return pids & tree
 
 
 def find_cgroups(prefix: str = PREFIX, mounts: CgroupMounts | None = None) -> frozenset[Path]:
@@ -92,6 +120,10 @@ class LeakSnapshot:
         return cls(shm, _descendants(), find_cgroups(cgroup_prefix), cgroup_prefix)
 
     def new_since(self, after: LeakSnapshot) -> Leaks:
+        holders = shm_holders() if after.shm - self.shm else {}
+        shm = [n for n in after.shm - self.shm
+               if (SHM_DIR / n).exists() and (not holders.get(n) or _ours(holders[n]))]
+        cgroups = [p for p in after.cgroups - self.cgroups if p.exists() and _created_by_us(p)]
         procs = []
         for pid, _created in sorted(after.processes - self.processes):
             try:
@@ -100,14 +132,21 @@ class LeakSnapshot:
                 continue  # exited since: not a leak
             except psutil.AccessDenied:
                 procs.append((pid, "?"))
-        return Leaks(tuple(sorted(after.shm - self.shm)), tuple(procs),
-                     tuple(sorted(p for p in after.cgroups - self.cgroups if p.exists())))
+        return Leaks(tuple(sorted(shm)), tuple(procs), tuple(sorted(cgroups)))
 
     def assert_no_new(self, after: LeakSnapshot | None = None) -> None:
         """LeakError listing everything that appeared since this snapshot."""
         leaks = self.new_since(after or LeakSnapshot.take(self.cgroup_prefix))
         if leaks:
             raise LeakError(_message(leaks))
+
+
+def _created_by_us(path: Path) -> bool:
+    if path.name in CREATED_HERE:
+        return True
+    with contextlib.suppress(OSError, ValueError):
+        return bool(_ours({int(x) for x in (path / "cgroup.procs").read_text().split()}))
+    return False
 
 
 def _message(leaks: Leaks) -> str:

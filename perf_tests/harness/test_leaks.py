@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 from engine_fixtures.cgroups import CpuQuota
 from engine_fixtures.errors import LeakError
 from engine_fixtures.leaks import SHM_DIR, LeakSnapshot, find_cgroups, no_leaks
+from engine_fixtures.process import sigkill_and_wait
 
 pytest_plugins = ("pytester",)
 
@@ -115,3 +118,48 @@ def test_leak_check_fixture_fails_a_leaky_test(pytester: pytest.Pytester) -> Non
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*LeakError*", "*/dev/shm/perf-leaktest-*"])
     assert not list(SHM_DIR.glob("perf-leaktest-*"))
+
+
+FOREIGN_HOLDER = """
+import os, sys
+name = sys.argv[1]
+if os.fork():
+    os._exit(0)  # the grandchild is re-parented away: it is not our descendant any more
+os.setsid()
+fd = os.open('/dev/shm/' + name, os.O_CREAT | os.O_RDWR, 0o600)
+print(os.getpid(), flush=True)
+sys.stdin.read()  # holds the segment open until the test closes the pipe
+"""
+
+
+def test_segment_held_by_a_foreign_process_is_not_blamed() -> None:
+    name = f"perf-leaktest-foreign-{uuid.uuid4().hex[:8]}"
+    before = LeakSnapshot.take()
+    launcher = subprocess.Popen([sys.executable, "-c", FOREIGN_HOLDER, name], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE)
+    holder = int(launcher.stdout.readline()) if launcher.stdout else 0
+    try:
+        assert launcher.wait(timeout=30) == 0
+        assert holder not in {p.pid for p in psutil.Process().children(recursive=True)}
+        assert name in os.listdir(SHM_DIR)
+        assert before.new_since(LeakSnapshot.take()).shm == ()  # another run's live segment: not ours
+    finally:
+        sigkill_and_wait([holder], 10)
+        (SHM_DIR / name).unlink()
+        if launcher.stdin:
+            launcher.stdin.close()
+        if launcher.stdout:
+            launcher.stdout.close()
+
+
+@pytest.mark.cgroup
+def test_cgroup_created_elsewhere_is_not_blamed(cgroup_support: str | None) -> None:
+    before = LeakSnapshot.take()
+    with CpuQuota(None, name="probe") as q:  # only to find the hierarchy; the stray is made by hand
+        stray = q.path.parent / f"perf-foreign-{uuid.uuid4().hex[:8]}"
+    stray.mkdir()  # as another pytest run on this machine would
+    try:
+        assert stray in LeakSnapshot.take().cgroups
+        assert before.new_since(LeakSnapshot.take()).cgroups == ()
+    finally:
+        stray.rmdir()
