@@ -27,12 +27,14 @@ _SNIPPET_BYTES = 512
 class RawRun:
     """What the load process measured. ``exhausted_s``: when a closed-loop worker first found no
     request left (end of the full-concurrency window); ``cpu_s``/``wall_s``: the client process's CPU
-    time and wall time over the whole run."""
+    time and wall time over the whole run; ``origin``: the ``time.perf_counter()`` value that record
+    times are relative to (CLOCK_MONOTONIC on Linux, so comparable with other processes' clocks)."""
 
     records: tuple[RequestRecord, ...]
     exhausted_s: float | None
     wall_s: float
     cpu_s: float
+    origin: float = 0.0
 
 
 class _Counter:
@@ -134,7 +136,7 @@ async def run_client(url: str, spec: WorkloadSpec, bodies: Sequence[bytes], coun
     wall = time.perf_counter() - origin
     cpu = time.process_time() - cpu0
     records = tuple(sorted((_record(spec, row, origin) for row in rows), key=lambda r: r.index))
-    return RawRun(records, exhausted[0] - origin if exhausted else None, wall, cpu)
+    return RawRun(records, exhausted[0] - origin if exhausted else None, wall, cpu, origin)
 
 
 def _record(spec: WorkloadSpec, row: tuple[Any, ...], origin: float) -> RequestRecord:

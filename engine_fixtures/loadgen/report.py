@@ -45,6 +45,7 @@ class LoadReport:
     client_cpu_fraction: float
     client_bound: bool
     client_bound_reason: str
+    clock_origin: float = 0.0
 
     def to_samples(self) -> dict[str, float]:
         """Metric name (as in the baselines registry) -> value for this run."""
@@ -152,4 +153,5 @@ def build_report(spec: WorkloadSpec, url: str, raw: RawRun) -> LoadReport:
         client_cpu_fraction=cpu_fraction,
         client_bound=bool(reasons),
         client_bound_reason="; ".join(reasons),
+        clock_origin=raw.origin,
     )

@@ -9,8 +9,8 @@ drift). Query parameters override per request: ``ttft_ms``, ``itl_ms``, ``fail``
 (close mid-stream), ``malformed`` (a non-SSE line mid-stream), ``nodone`` (no ``[DONE]``),
 ``nousage`` (no usage chunk; valid), ``short`` (usage reports one token less than sent). The same
 keys work as ``X-Stub-<Key>`` headers. ``GET /stub/stats`` returns and clears the server-side
-arrival/completion times (``time.perf_counter``) of chat requests, so a benchmark can judge any
-client from the server's side.
+arrival/completion times (``time.perf_counter``) of chat requests and the count of connections
+opened, so a benchmark can judge any client from the server's side.
 
 Run: ``python -m perf_tests.loadgen.stub_server --port 0 [--cpu 1] [--ttft-ms 0] [--itl-ms 0]``;
 it prints ``LISTENING <port>`` on stdout when ready.
@@ -58,6 +58,7 @@ class Settings:
         self.seen = 0
         self.arrivals: list[float] = []
         self.completions: list[float] = []
+        self.connections = 0
 
 
 class StubProtocol(asyncio.Protocol):
@@ -71,6 +72,7 @@ class StubProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.settings.connections += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -102,8 +104,13 @@ class StubProtocol(asyncio.Protocol):
             self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok")
             return
         if method == "GET" and parts.path == "/stub/stats":
-            stats = {"arrivals": self.settings.arrivals, "completions": self.settings.completions}
-            self.settings.arrivals, self.settings.completions = [], []
+            settings = self.settings
+            stats = {
+                "arrivals": settings.arrivals,
+                "completions": settings.completions,
+                "connections": settings.connections,
+            }
+            settings.arrivals, settings.completions, settings.connections = [], [], 0
             self._plain(200, json.dumps(stats).encode())
             return
         if method == "GET" and parts.path.endswith("/v1/models"):
@@ -142,10 +149,9 @@ class StubProtocol(asyncio.Protocol):
         # The role chunk goes with the first token (as SGLang sends it only once output exists).
         first = events.pop(0) + events.pop(0)
         batches = [first, *events[: tokens - 1]]
-        tail = b"".join(events[tokens - 1 :])
-        for i, payload in enumerate(batches):
-            last = i == len(batches) - 1
-            loop.call_at(start + ttft + i * itl, self._send, payload + tail if last else payload, last, fail)
+        batches[-1] += b"".join(events[tokens - 1 :])
+        # Chained, not all scheduled at once: each send schedules the next, so order cannot change.
+        loop.call_at(start + ttft, self._send, batches, 0, start + ttft, itl, fail)
 
     def _events(self, tokens: int, fail: str) -> list[bytes]:
         events = [_ROLE_CHUNK] + [_TOKEN_CHUNK] * tokens
@@ -160,14 +166,18 @@ class StubProtocol(asyncio.Protocol):
             events.append(_DONE_CHUNK)
         return events
 
-    def _send(self, payload: bytes, last: bool, fail: str) -> None:
+    def _send(self, batches: list[bytes], i: int, first_at: float, itl: float, fail: str) -> None:
         if self.transport is None:
             return
-        self.transport.write(payload)
-        if last:
-            self._finish(fail)
-            self.busy = False
-            self._next()
+        self.transport.write(batches[i])
+        if i + 1 < len(batches):
+            asyncio.get_running_loop().call_at(
+                first_at + (i + 1) * itl, self._send, batches, i + 1, first_at, itl, fail
+            )
+            return
+        self._finish(fail)
+        self.busy = False
+        self._next()
 
     def _finish(self, fail: str) -> None:
         assert self.transport is not None
