@@ -201,9 +201,11 @@ class V2Backend(Backend):
         try:
             control.write_text("+cpu")
         except OSError as exc:
+            busy = "" if exc.errno != errno.EBUSY else " (v2 forbids it while processes sit in that cgroup: " \
+                "run the suite from a leaf below it)"
             raise QuotaNotPermitted(
-                f"cannot enable the cpu controller in {control} ({exc.strerror}); run as root or delegate "
-                f"the subtree (cgroup.subtree_control needs +cpu, e.g. systemd-run --user -p Delegate=yes), "
+                f"cannot enable the cpu controller in {control} ({exc.strerror}){busy}; "
+                f"run as root or delegate the subtree (e.g. systemd-run --user -p Delegate=yes), "
                 f"{NO_QUOTA_FIX}") from None
 
     def create(self, cores: float | None) -> None:
