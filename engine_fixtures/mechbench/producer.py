@@ -4,7 +4,8 @@ Started by the driver inside a ``CpuQuota`` (``Popen(preexec_fn=...)``); argv[1]
 consumer's authkey comes in ``$PERF_MECH_AUTHKEY``. Before any clock starts it encodes ``images`` random
 photo-like JPEGs, builds one float32 ``pixel_values`` tensor of Qwen2.5-VL's shape per image and connects
 to the consumer. Then it prints ``{"ready": ...}`` and serves stdin commands: ``{"window": N}`` -> one
-JSON line ``{"wall_s", "latencies_ms", "errors", "n_errors"}``; ``{"stop": true}`` or EOF -> exit.
+JSON line ``{"wall_s", "latencies_ms", "errors", "n_errors", "stage_ms"}`` (stage_ms: median wall
+ms per request of decode + pixel write, and of the SHM create/copy); ``{"stop": true}`` or EOF -> exit.
 A malformed command is a crash (traceback on stderr, non-zero exit), never a silent reply.
 
 Per request, on the asyncio loop thread like SGLang's ``_send_one_request``: decode the JPEG (a real
@@ -86,6 +87,7 @@ class Producer:
         self.ids = itertools.count()
         self.pending: dict[int, tuple[asyncio.Future, ShmTensor]] = {}
         self.closed: str | None = None
+        self.stage_ms: list[tuple[float, float]] = []  # per request: (decode + pixel write, SHM create) ms
 
     def _on_reply(self) -> None:
         try:
@@ -114,7 +116,9 @@ class Producer:
         flat = self.tensors[k].view(-1).numpy()
         n = min(pixels.size, flat.size)
         flat[:n] = pixels[:n]
+        t1 = time.perf_counter()
         handle = ShmTensor.create(self.tensors[k], copy=self.copy, prefix=MECH_PREFIX)
+        self.stage_ms.append(((t1 - t0) * 1000.0, (time.perf_counter() - t1) * 1000.0))
         rid = next(self.ids)
         fut = asyncio.get_running_loop().create_future()
         self.pending[rid] = (fut, handle)
@@ -144,7 +148,9 @@ class Producer:
                 loop.remove_reader(self.conn.fileno())
         wall = time.perf_counter() - t0
         errors = [e for _, e in out if e is not None]
-        return {"wall_s": wall, "latencies_ms": [lat for lat, e in out if e is None], "errors": errors[:3],
+        stages, self.stage_ms = self.stage_ms, []
+        return {"stage_ms": [float(np.median(col)) for col in zip(*stages, strict=True)] if stages else [],
+                "wall_s": wall, "latencies_ms": [lat for lat, e in out if e is None], "errors": errors[:3],
                 "n_errors": len(errors)}
 
 

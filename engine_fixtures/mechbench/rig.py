@@ -77,10 +77,11 @@ class Rig:
     consumer: subprocess.Popen
     logs: tuple[Path, Path]
     semaphores: set[int] = field(default_factory=set)  # inodes mapped by the rig's processes
+    stage_ms: list[list[float]] = field(default_factory=list)  # per window: [decode ms, SHM create ms]
 
     @classmethod
-    def start(cls, arm: MechArm, stack: ExitStack, tmp: str, seed: int) -> Rig:
-        quota = stack.enter_context(CpuQuota(arm.quota, name="perf-mech"))
+    def start(cls, arm: MechArm, stack: ExitStack, tmp: str, seed: int, cgroup_name: str = "mech") -> Rig:
+        quota = stack.enter_context(CpuQuota(arm.quota, name=cgroup_name))
         address = os.path.join(tmp, f"c{seed}.sock")
         env = {**os.environ, AUTHKEY_ENV: secrets.token_bytes(16).hex()}
         plog, clog = Path(tmp, f"producer-{seed}.log"), Path(tmp, f"consumer-{seed}.log")
@@ -142,6 +143,7 @@ class Rig:
             raise MeasurementError(f"{self.arm.id}: {out['n_errors']} of {requests} requests failed, e.g. "
                                    f"{out['errors']}; see the logs:\n{self.tails()}")
         c, g = cpu.summary(), cg.summary()
+        self.stage_ms.append(out["stage_ms"])
         m = {"requests_per_s": len(lat) / out["wall_s"], "latency_p50_ms": float(np.percentile(lat, 50)),
              "latency_p99_ms": float(np.percentile(lat, 99)), "producer_cpu_cores": c["cpu.producer.cores"]}
         if self.arm.quota is not None:

@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             if args.jsonl:
                 with args.jsonl.open("a") as f:
                     for r in results:
-                        f.write(json.dumps({"scenario": r.scenario, "arm": dict(r.arm),
+                        f.write(json.dumps({"scenario": r.scenario, "arm": dict(r.arm), "metadata": dict(r.metadata),
                                             "samples": {k: list(v) for k, v in r.samples.items()}}) + "\n")
             for row in rows(results):
                 table.add_row(*row)

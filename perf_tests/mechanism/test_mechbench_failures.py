@@ -108,3 +108,14 @@ def test_mapped_semaphores_sees_a_live_multiprocessing_lock() -> None:
     assert len(live) == 1, (inodes, live)
     assert live[0].startswith("sem.mp-")
     assert semaphore_files(inodes) == []  # released at a clean exit
+
+
+def test_run_arms_small_result_uses_registered_metrics() -> None:
+    from engine_fixtures.baselines.metrics import metric
+
+    (result,) = run_arms([SMALL], repeats=1, warmup=0, requests=2)
+    assert result.scenario == "mech/copy=torch/threads=cpus/quota=0.5/res=256/c=2"
+    for name, values in result.samples.items():
+        assert metric(name).name == name
+        assert len(values) == 1
+    assert result.samples["requests_per_s"][0] > 0
