@@ -257,7 +257,17 @@ def v2_sandbox_parent(leaf: Path, top: Path) -> Path | None:
         return leaf if _lists_cpu(leaf / "cgroup.controllers") else None
     if _lists_cpu(leaf / "cgroup.subtree_control"):
         return leaf
-    return leaf.parent if _lists_cpu(leaf / "cgroup.controllers") else None
+    if _lists_cpu(leaf / "cgroup.controllers"):
+        return leaf.parent
+    # Containers often put us in a leaf whose parent does not hand cpu down (e.g. /process_api/<id> on
+    # the H200 box) while the hierarchy's root does. Root may create the sandbox higher up, in the nearest
+    # ancestor that delegates cpu and whose cgroup.procs it can write (it must own the common ancestor).
+    for ancestor in leaf.parents:
+        if top not in (ancestor, *ancestor.parents):
+            break
+        if _lists_cpu(ancestor / "cgroup.subtree_control") and os.access(ancestor / "cgroup.procs", os.W_OK):
+            return ancestor
+    return None
 
 
 def _v1_acct(cpu_dir: Path, mounts: CgroupMounts) -> Path | None:

@@ -15,12 +15,17 @@ import io
 from collections.abc import Sequence
 from pathlib import Path
 
+import matplotlib
 from matplotlib.figure import Figure
 
 from engine_fixtures.baselines.report import COLUMNS, Row, ordered
 from engine_fixtures.baselines.results import ResultsFile, RunResult
 from engine_fixtures.baselines.stats import summarize
 from engine_fixtures.baselines.store import atomic_write_text
+
+# Matplotlib 3.10 added `orientation`; 3.11 deprecates `vert` (a warning, so an error under filterwarnings=error).
+_MPL = tuple(int(x) for x in matplotlib.__version__.split(".")[:2])
+_HORIZONTAL = {"orientation": "horizontal"} if _MPL >= (3, 10) else {"vert": False}
 
 THROUGHPUT = ("requests_per_s", "output_tokens_per_s", "copy_per_s")
 CONCURRENCY_AXES = ("c", "concurrency")
@@ -81,7 +86,7 @@ def _distribution(results: Sequence[RunResult], name: str) -> str | None:
         return None
     fig = Figure(figsize=(6, 0.4 * len(have) + 1.2))
     ax = fig.subplots()
-    ax.boxplot([list(r.samples[name]) for r in have], vert=False)
+    ax.boxplot([list(r.samples[name]) for r in have], **_HORIZONTAL)
     ax.set_yticks(range(1, len(have) + 1), [r.scenario for r in have], fontsize=6)
     ax.set_xlabel(name)
     return _png(fig)

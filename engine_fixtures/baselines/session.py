@@ -55,6 +55,7 @@ class PerfSession:
         self.written: list[Path] = []
         self.baselines_written: list[Path] = []
         self.errors: list[str] = []
+        self.findings: list[str] = []  # facts about the system under test worth a reader's eye (not verdicts)
 
     def record(self, nodeid: str, result: RunResult, verdicts: Sequence[Verdict],
                baseline_path: Path | None) -> None:
@@ -109,6 +110,7 @@ class PerfSession:
 
     def notes(self) -> list[str]:
         notes = [f"machine key `{self.machine_key}`, baselines in `{self.store.dir}`"]
+        notes += [f"finding: {f}" for f in self.findings]
         if any(v.status == "no-baseline" for rec in self.records for v in rec.verdicts) or any(
                 rec.baseline_path is None for rec in self.records if rec.arm):
             notes.append("missing baselines: run `perf-baseline update --from <results.json>` or "
@@ -123,6 +125,8 @@ class PerfSession:
         self.finish()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        for finding in self.findings:
+            terminalreporter.write_line(f"perf finding: {finding}", yellow=True)
         if not self.records:
             return
         tr = terminalreporter

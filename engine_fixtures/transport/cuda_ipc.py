@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import pickle
+import warnings
 from multiprocessing.reduction import ForkingPickler
 
 import torch
@@ -26,6 +27,12 @@ def skip_reason() -> str | None:
         return (f"CUDA is not available to torch {torch.__version__} (no NVIDIA GPU or a CPU-only wheel): "
                 "run this test on a GPU runner with a CUDA build of torch")
     return None
+
+
+# Finding (H200, torch 2.11.0+cu130): torch's CUDA IPC reduction cannot rebuild float8 tensors in the receiving
+# process ("type object 'torch.storage.UntypedStorage' has no attribute 'dtype'"): there is no typed storage
+# class for float8. SGLang is not affected (its pool ships raw int8/uint8 bytes plus dtype metadata).
+TORCH_REDUCTION_BROKEN_DTYPES = frozenset({torch.float8_e4m3fn, torch.float8_e5m2})
 
 
 def share(tensor: torch.Tensor, device: int = 0) -> tuple[torch.Tensor, bytes]:
@@ -48,7 +55,9 @@ def sglang_proxy_class() -> tuple[type | None, str]:
     reasons = []
     for name in PROXY_MODULES:
         try:
-            module = importlib.import_module(name)
+            with warnings.catch_warnings():  # SGLang's import chain warns; see sglang_compat.find_shm_class
+                warnings.simplefilter("ignore")
+                module = importlib.import_module(name)
         except ImportError as exc:
             reasons.append(f"{name}: {exc}")
             continue

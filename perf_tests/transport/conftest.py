@@ -49,3 +49,14 @@ def consumer() -> Iterator[ConsumerProc]:
             proc.join(timeout=10)
         sweep_stale()
     assert proc.exitcode == 0, f"consumer exited with {proc.exitcode}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _import_sglang_once() -> None:
+    """Import SGLang's transport modules (if installed) before any Hypothesis test runs: SGLang raises the
+    recursion limit at import, which Hypothesis reports as an error when it happens inside a test."""
+    from engine_fixtures.transport import cuda_ipc, sglang_compat
+
+    sglang_compat.find_shm_class()
+    if cuda_ipc.skip_reason() is None:
+        cuda_ipc.sglang_proxy_class()

@@ -9,6 +9,7 @@ involved), so the comparison cannot share a bug with the transport.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
@@ -29,6 +30,11 @@ class Case:
     shape: tuple[int, ...]
     dtype: torch.dtype
     op: str = "none"
+
+    def __repr__(self) -> str:  # raw can be > 8 MiB: show a digest, never the bytes
+        digest = hashlib.sha256(self.raw).hexdigest()[:16]
+        head = self.raw[:16].hex()
+        return f"Case(dtype={self.dtype}, shape={self.shape}, op={self.op!r}, raw[:16]={head}, sha256={digest})"
 
     @property
     def itemsize(self) -> int:
