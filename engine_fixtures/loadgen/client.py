@@ -2,6 +2,11 @@
 
 Hot-path rules: bodies are bytes built before the clock, one ``ClientSession`` with a keep-alive
 connector sized to the concurrency, raw tuples appended per request, records built after the clock.
+
+Closed-loop scheduling delay is this client's own turnaround (its loop saw a slot free -> the next
+request handed to aiohttp). It cannot see time a finished response waited in the socket while the
+loop was busy; that shows as client CPU near 100% and, from the server's side, in the stub's
+arrival/completion times (perf_tests/loadgen/bench_vs_sglang.py).
 """
 
 from __future__ import annotations

@@ -30,8 +30,9 @@ class RequestError:
 @dataclass(frozen=True)
 class RequestRecord:
     """One request; times are seconds since the run's clock origin. ``intended_s`` is when it should
-    have been sent (closed loop: when its slot freed; open loop: its scheduled arrival), ``sent_s`` when
-    it was handed to the HTTP connection, ``token_times_s`` the arrival of each content chunk.
+    have been sent (closed loop: when its slot freed, as this client saw it; open loop: its scheduled
+    arrival), ``sent_s`` when it was handed to aiohttp (TTFT and e2e start there, as in
+    sglang.bench_serving), ``token_times_s`` when each content chunk was read.
     ``output_tokens`` comes from the usage chunk when present (``tokens_from='usage'``), else it is
     the content chunk count (``'chunks'``)."""
 

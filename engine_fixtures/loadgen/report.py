@@ -48,25 +48,21 @@ class LoadReport:
     clock_origin: float = 0.0
 
     def to_samples(self) -> dict[str, float]:
-        """Metric name (as in the baselines registry) -> value for this run."""
+        """Metric name (exactly as in ``baselines.metrics.METRICS``) -> value for this run. TPOT/ITL are
+        left out when every response had a single token; richer figures stay on the report itself."""
         out = {
             "requests_per_s": self.requests_per_s,
             "output_tokens_per_s": self.output_tokens_per_s,
             "ttft_p50_ms": self.ttft.p50,
             "ttft_p99_ms": self.ttft.p99,
             "e2e_p50_ms": self.e2e.p50,
-            "e2e_p99_ms": self.e2e.p99,
             "scheduling_delay_p99_ms": self.scheduling_delay.p99,
             "achieved_concurrency": self.achieved_concurrency,
         }
         if self.tpot is not None:
             out["tpot_p50_ms"] = self.tpot.p50
-            out["tpot_p99_ms"] = self.tpot.p99
         if self.itl is not None:
             out["itl_p50_ms"] = self.itl.p50
-            out["itl_p99_ms"] = self.itl.p99
-        if self.achieved_rate is not None:
-            out["achieved_rate"] = self.achieved_rate
         return out
 
     def summary_line(self) -> str:

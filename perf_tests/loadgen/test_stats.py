@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine_fixtures.baselines.metrics import METRICS
 from engine_fixtures.errors import MeasurementError
 from engine_fixtures.loadgen import LoadError, Percentiles, RequestError, RequestRecord, WorkloadSpec
 from engine_fixtures.loadgen.client import RawRun, poisson_arrivals
@@ -90,6 +91,7 @@ def test_report_closed_loop_summary_and_samples() -> None:
     assert report.achieved_concurrency == pytest.approx(2.0)
     assert not report.client_bound
     samples = report.to_samples()
+    assert set(samples) <= set(METRICS), "every sample must be a registered metric"
     assert samples["ttft_p50_ms"] == pytest.approx(500.0)
     assert samples["achieved_concurrency"] == pytest.approx(2.0)
     assert {
