@@ -5,8 +5,8 @@ connector sized to the concurrency, raw tuples appended per request, records bui
 
 Closed-loop scheduling delay is this client's own turnaround (its loop saw a slot free -> the next
 request handed to aiohttp). It cannot see time a finished response waited in the socket while the
-loop was busy; that shows as client CPU near 100% and, from the server's side, in the stub's
-arrival/completion times (perf_tests/loadgen/bench_vs_sglang.py).
+loop was busy; the event-loop lag probe measures that (also when the process is starved of CPU by
+others), and the stub's arrival/completion times show it from the server's side.
 """
 
 from __future__ import annotations
@@ -26,20 +26,24 @@ from engine_fixtures.loadgen.sse import SseError, SseParser
 
 _HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 _SNIPPET_BYTES = 512
+LAG_PROBE_S = 0.05
 
 
 @dataclass(frozen=True)
 class RawRun:
     """What the load process measured. ``exhausted_s``: when a closed-loop worker first found no
     request left (end of the full-concurrency window); ``cpu_s``/``wall_s``: the client process's CPU
-    time and wall time over the whole run; ``origin``: the ``time.perf_counter()`` value that record
-    times are relative to (CLOCK_MONOTONIC on Linux, so comparable with other processes' clocks)."""
+    time and wall time over the whole run; ``loop_lag_s``: lateness of a timer probe every
+    ``LAG_PROBE_S`` (event-loop lag: busy loop or starved process); ``origin``: the
+    ``time.perf_counter()`` value record times are relative to (CLOCK_MONOTONIC on Linux, so
+    comparable with other processes' clocks)."""
 
     records: tuple[RequestRecord, ...]
     exhausted_s: float | None
     wall_s: float
     cpu_s: float
     origin: float = 0.0
+    loop_lag_s: tuple[float, ...] = ()
 
 
 class _Counter:
@@ -67,6 +71,16 @@ async def run_client(url: str, spec: WorkloadSpec, bodies: Sequence[bytes], coun
     )
     origin = time.perf_counter()
     cpu0 = time.process_time()
+    loop = asyncio.get_running_loop()
+    lags: list[float] = []
+
+    def probe(due: float) -> None:
+        # How late a timer fires = how long ready work (e.g. a finished response) waits for this loop.
+        now = time.perf_counter()
+        lags.append(max(0.0, now - due))
+        probe_handle[0] = loop.call_later(LAG_PROBE_S, probe, now + LAG_PROBE_S)
+
+    probe_handle = [loop.call_later(LAG_PROBE_S, probe, origin + LAG_PROBE_S)]
     exhausted: list[float] = []
     async with aiohttp.ClientSession(
         connector=connector, timeout=timeout, auto_decompress=False, raise_for_status=False
@@ -138,10 +152,11 @@ async def run_client(url: str, spec: WorkloadSpec, bodies: Sequence[bytes], coun
                 task.add_done_callback(tasks.discard)
             if tasks:
                 await asyncio.gather(*tasks)
+    probe_handle[0].cancel()
     wall = time.perf_counter() - origin
     cpu = time.process_time() - cpu0
     records = tuple(sorted((_record(spec, row, origin) for row in rows), key=lambda r: r.index))
-    return RawRun(records, exhausted[0] - origin if exhausted else None, wall, cpu, origin)
+    return RawRun(records, exhausted[0] - origin if exhausted else None, wall, cpu, origin, tuple(lags))
 
 
 def _record(spec: WorkloadSpec, row: tuple[Any, ...], origin: float) -> RequestRecord:

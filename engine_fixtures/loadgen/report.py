@@ -21,8 +21,9 @@ from engine_fixtures.loadgen.stats import (
 @dataclass(frozen=True)
 class LoadReport:
     """A successful load run. Latencies are over measured (non-warmup) requests. ``client_bound`` is
-    True when the client, not the server, limited the run (``client_bound_reason`` says why): such a
-    run must not be reported as engine performance."""
+    True when the client, not the server, limited the run: achieved < ``min_achieved_fraction`` of the
+    requested load, scheduling delay or event-loop lag p99 over ``max_scheduling_delay_p99_ms``, or the
+    client near a full core (``client_bound_reason`` says which). Such a run is not engine performance."""
 
     spec: WorkloadSpec
     url: str
@@ -43,6 +44,7 @@ class LoadReport:
     scheduled_rate: float | None
     achieved_rate: float | None
     client_cpu_fraction: float
+    loop_lag: Percentiles | None
     client_bound: bool
     client_bound_reason: str
     clock_origin: float = 0.0
@@ -71,11 +73,12 @@ class LoadReport:
             if self.requested_concurrency is not None
             else f"rate {self.requested_rate:g}/s scheduled {self.scheduled_rate:.1f} achieved {self.achieved_rate:.1f}"
         )
+        lag = f"{self.loop_lag.p99:.2f} ms" if self.loop_lag is not None else "n/a"
         bound = f" CLIENT-BOUND: {self.client_bound_reason}" if self.client_bound else ""
         return (
             f"{self.completed} req in {self.duration_s:.2f}s = {self.requests_per_s:.1f} req/s, "
             f"{self.output_tokens_per_s:.0f} tok/s; TTFT p50 {self.ttft.p50:.2f} ms; {load}; sched delay p99 "
-            f"{self.scheduling_delay.p99:.3f} ms; client CPU {self.client_cpu_fraction:.0%}{bound}"
+            f"{self.scheduling_delay.p99:.3f} ms; loop lag p99 {lag}; client CPU {self.client_cpu_fraction:.0%}{bound}"
         )
 
 
@@ -125,6 +128,9 @@ def build_report(spec: WorkloadSpec, url: str, raw: RawRun) -> LoadReport:
                 )
     if sched.p99 > spec.max_scheduling_delay_p99_ms:
         reasons.append(f"scheduling delay p99 {sched.p99:.2f} ms > {spec.max_scheduling_delay_p99_ms:g} ms")
+    loop_lag = Percentiles.of_seconds(raw.loop_lag_s, "event-loop lag") if raw.loop_lag_s else None
+    if loop_lag is not None and loop_lag.p99 > spec.max_scheduling_delay_p99_ms:
+        reasons.append(f"event-loop lag p99 {loop_lag.p99:.2f} ms > {spec.max_scheduling_delay_p99_ms:g} ms")
     if cpu_fraction >= spec.max_client_cpu_fraction:
         reasons.append(f"client process at {cpu_fraction:.0%} of a core")
     return LoadReport(
@@ -147,6 +153,7 @@ def build_report(spec: WorkloadSpec, url: str, raw: RawRun) -> LoadReport:
         scheduled_rate=scheduled_rate,
         achieved_rate=achieved_rate,
         client_cpu_fraction=cpu_fraction,
+        loop_lag=loop_lag,
         client_bound=bool(reasons),
         client_bound_reason="; ".join(reasons),
         clock_origin=raw.origin,

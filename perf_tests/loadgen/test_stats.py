@@ -67,7 +67,7 @@ def test_rate_and_poisson_schedule() -> None:
     assert np.array_equal(arrivals, poisson_arrivals(100.0, 20000, seed=3))
 
 
-def _closed_run(delay: float, exhausted: float, cpu: float = 0.1) -> RawRun:
+def _closed_run(delay: float, exhausted: float, cpu: float = 0.1, lags: tuple[float, ...] = ()) -> RawRun:
     # Two slots, each request 1 s long with `delay` between a slot freeing and the next send.
     records = []
     for slot in range(2):
@@ -76,7 +76,7 @@ def _closed_run(delay: float, exhausted: float, cpu: float = 0.1) -> RawRun:
             index = slot * 3 + k
             records.append(rec(index, t + delay if k else t, (t + 0.5, t + 0.75), t + 1.0, intended=t if k else 0.0))
             t = t + 1.0 + (delay if k else 0.0)
-    return RawRun(tuple(records), exhausted, wall_s=3.0, cpu_s=cpu)
+    return RawRun(tuple(records), exhausted, wall_s=3.0, cpu_s=cpu, loop_lag_s=lags)
 
 
 def test_report_closed_loop_summary_and_samples() -> None:
@@ -147,3 +147,14 @@ def test_any_error_fails_loudly_and_zero_completed_is_an_error() -> None:
     only_warmup = RawRun((rec(0, 0.0, (0.1,), 0.2, warmup=True),), None, 1.0, 0.1)
     with pytest.raises(MeasurementError, match="zero completed measured requests"):
         build_report(spec, "http://x", only_warmup)
+
+
+def test_report_flags_event_loop_lag() -> None:
+    spec = WorkloadSpec(num_requests=6, concurrency=2, output_tokens=2)
+    calm = build_report(spec, "http://x", _closed_run(0.0, exhausted=2.0, lags=(0.0001,) * 50))
+    assert calm.loop_lag is not None
+    assert calm.loop_lag.p50 == pytest.approx(0.1)
+    assert not calm.client_bound
+    starved = build_report(spec, "http://x", _closed_run(0.0, exhausted=2.0, lags=(0.0001,) * 50 + (0.05,) * 2))
+    assert starved.client_bound
+    assert "event-loop lag p99" in starved.client_bound_reason
