@@ -58,7 +58,8 @@ def test_copy_in_process(benchmark, arm: str, mb: float, intra_op_threads: int) 
 @pytest.mark.parametrize("mb", SIZES)
 @pytest.mark.parametrize("quota", [0.5, pytest.param(1.0, marks=pytest.mark.slow)], ids=lambda q: f"quota={q}")
 def test_copy_under_quota(benchmark, quota: float, mb: float, threads: int) -> None:
-    rounds, copies = 4, max(2, int(40 / mb))  # each arm's round copies ~40 MB: several CFS periods
+    # each arm's round copies ~600 MB (~0.3 s of CPU): several 100 ms CFS periods, so the quota really binds
+    rounds, copies = 3, max(10, int(600 / mb))
     try:
         out = benchmark.pedantic(measure_under_quota, args=(mb, threads, quota, rounds, copies), rounds=1,
                                  iterations=1)

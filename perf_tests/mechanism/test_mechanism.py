@@ -23,7 +23,7 @@ SMOKE_FREE = [MechArm(copy=c, threads="cpus", quota=None, resolution=1024, concu
 SMOKE = SMOKE_QUOTA + SMOKE_FREE
 PAIRS = [(t, q, r, n) for t in THREAD_ARMS for q in (None, 0.5, 1.0) for r in (512, 1024, 2048) for n in (1, 4, 16)
          if MechArm(threads=t, quota=q, resolution=r, concurrency=n) not in SMOKE]
-REQUESTS = 12
+REQUESTS = 24  # ~2 s windows at quota 0.5: 20 CFS periods, CV mostly under the gate's 10 %
 
 pytestmark = [pytest.mark.mechanism, pytest.mark.cgroup()]
 
