@@ -89,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for q in args.quotas.split(","):
         for c in (int(x) for x in args.concurrency.split(",")):
             arms = group(None if q == "none" else float(q), c, threads, args.res, args.passive)
-            results = run_arms(arms, repeats=args.repeats, warmup=1, requests=max(12, 2 * c))
+            results = run_arms(arms, repeats=args.repeats, warmup=1, requests=max(24, 2 * c))
             if args.jsonl:
                 with args.jsonl.open("a") as f:
                     for r in results:

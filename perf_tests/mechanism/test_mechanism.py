@@ -74,3 +74,19 @@ def test_mech_pair_full(pair, perf_settings, perf_record) -> None:
             failures.append(exc)
     if failures:
         pytest.skip(str(failures[0]))
+
+
+@pytest.mark.slow
+@pytest.mark.perf
+@pytest.mark.parametrize("quota", [None, 0.5, 1.0], ids=lambda q: f"quota={q or 'none'}")
+def test_mech_passive_wait_full(quota: float | None, perf_settings, perf_record) -> None:
+    """The third fix: torch copy with OMP_WAIT_POLICY=PASSIVE, interleaved with both copy arms."""
+    if perf_settings.scale != "full":
+        pytest.skip("full-grid arm: run with --perf-scale full")
+    arms = [MechArm(copy="torch", quota=quota, wait_policy="passive"),
+            *(MechArm(copy=c, quota=quota) for c in COPY_ARMS)]
+    passive, torch_r, buffer_r = run_arms(arms, repeats=perf_settings.repeats, warmup=1, requests=REQUESTS)
+    for other in (torch_r, buffer_r):  # context only: those scenarios are judged by test_mech_pair_full/smoke
+        med, q1, q3 = ratio_spread(passive.samples["requests_per_s"], other.samples["requests_per_s"])
+        print(f"passive/{other.arm['copy']} req/s per round: {med:.2f}x [{q1:.2f}-{q3:.2f}]")
+    perf_record(passive)
