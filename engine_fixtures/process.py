@@ -40,6 +40,7 @@ from engine_fixtures.errors import (
 if TYPE_CHECKING:
     from engine_fixtures.cgroups import CpuQuota
 
+TRACKER_GRACE_S = 5.0  # how long a resource tracker may take to clean up after its clients died
 PASSTHROUGH: tuple[str, ...] = (
     "PATH", "HOME", "USER", "LANG", "LC_*", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV",
     "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "NVIDIA_VISIBLE_DEVICES", "HF_*",
@@ -125,6 +126,13 @@ def sigkill_and_wait(pids: Iterable[int], timeout_s: float) -> tuple[int, ...]:
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _is_tracker(p: psutil.Process) -> bool:
+    try:
+        return "multiprocessing.resource_tracker" in " ".join(p.cmdline())
+    except psutil.Error:
+        return False
 
 
 def _alive(p: psutil.Process) -> bool:
@@ -246,6 +254,7 @@ class Supervised:
         psutil.wait_procs(list(tree.values()), timeout=max(0.0, grace_s - (time.monotonic() - t0)))
         killed: set[int] = set()
         deadline = time.monotonic() + kill_timeout_s
+        first = True
         while True:
             alive = [p for p in {**tree, **self._tree()}.values() if _alive(p)]
             root_alive = self.proc.poll() is None
@@ -255,13 +264,23 @@ class Supervised:
                 pids = sorted({p.pid for p in alive} | ({self.pid} if root_alive else set()))
                 raise LeakError(f"{self.spec.name}: processes {pids} survived SIGKILL for {kill_timeout_s} s "
                                 f"(uninterruptible sleep?); inspect with `ps -o pid,stat,wchan,cmd -p ...`")
+            # multiprocessing's resource tracker ignores SIGTERM and unlinks the tree's named semaphores
+            # and segments once its clients are gone: SIGKILLing it with them leaks /dev/shm/sem.mp-*.
+            spared = [p for p in alive if first and _is_tracker(p)]
+            victims = [p for p in alive if p not in spared]
             if root_alive:
                 killed.add(self.pid)
-                self._killpg(signal.SIGKILL)
-            _signal(alive, signal.SIGKILL)
-            killed.update(p.pid for p in alive)
+                if spared:
+                    self.proc.kill()
+                else:
+                    self._killpg(signal.SIGKILL)
+            _signal(victims, signal.SIGKILL)
+            killed.update(p.pid for p in victims)
             self._wait_root(1.0)
-            psutil.wait_procs(alive, timeout=1.0)
+            psutil.wait_procs(victims, timeout=1.0)
+            if spared:
+                psutil.wait_procs(spared, timeout=max(0.0, min(TRACKER_GRACE_S, deadline - time.monotonic())))
+            first = False
         terminated = tuple(sorted((({self.pid} if with_root else set()) | set(tree)) - killed))
         self._report = StopReport(self.pid, self.proc.returncode, terminated, tuple(sorted(killed)),
                                   time.monotonic() - t0)

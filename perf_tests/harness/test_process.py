@@ -140,9 +140,10 @@ def test_stop_terminates_whole_tree(start: Starter, tmp_path: Path) -> None:
 
 
 def test_stop_sigkills_what_ignores_sigterm(start: Starter, tmp_path: Path) -> None:
-    sup, ready = _tree(start, tmp_path, "--ignore-term")
-    child = int(ready.read_text())
-    report = sup.stop(grace_s=1.0)
+    with no_leaks():  # the spawn tree's named semaphores (/dev/shm/sem.mp-*) must not outlive it
+        sup, ready = _tree(start, tmp_path, "--ignore-term")
+        child = int(ready.read_text())
+        report = sup.stop(grace_s=1.0)
     assert report.returncode == -9
     assert {sup.pid, child} <= set(report.killed)
     assert not set(report.terminated) & set(report.killed)
