@@ -308,7 +308,7 @@ def test_exit_kills_grandchildren_in_other_sessions(cgroup_support: str | None) 
     assert not any(p.exists() for p in q.paths)
 
 
-# --- where a v2 sandbox may live (fake trees; the H200 runner's layout is the third case) ----------
+# --- where a v2 sandbox may live (fake trees) -------------------------------------------------------
 
 def _v2_dir(path: Path, controllers: str, subtree: str) -> Path:
     path.mkdir(parents=True, exist_ok=True)
@@ -322,7 +322,9 @@ def test_v2_sandbox_parent(tmp_path: Path) -> None:
     assert v2_sandbox_parent(top, top) == top  # the root cgroup may hold processes and children
     handed_cpu = _v2_dir(tmp_path / "svc" / "leaf", "cpu memory", "")
     assert v2_sandbox_parent(handed_cpu, top) == tmp_path / "svc"  # a sibling of our own cgroup
-    # Seen on the H200 runner: /process_api delegates only memory to the session's cgroup.
+    # /process_api delegates only memory (the H200 layout); the delegating top has no writable
+    # cgroup.procs here, so no ancestor can take the sandbox (test_cgroup_v2_ancestor covers the case
+    # where it can).
     memory_only = _v2_dir(tmp_path / "process_api" / "abc", "memory", "")
     assert v2_sandbox_parent(memory_only, top) is None
     assert v2_sandbox_parent(_v2_dir(tmp_path / "novc", "memory", ""), tmp_path / "novc") is None
