@@ -24,7 +24,8 @@ from pathlib import Path
 
 import psutil
 
-from engine_fixtures.cgroups import CREATED_HERE, PREFIX, CgroupMounts
+from engine_fixtures.cgroup_mounts import CgroupMounts
+from engine_fixtures.cgroups import CREATED_HERE, PREFIX
 from engine_fixtures.errors import LeakError
 from engine_fixtures.process import sigkill_and_wait
 
