@@ -40,7 +40,8 @@ def gpu_skip_reason(count: int = 1) -> str | None:
 
     inventory = gpu_inventory()
     if isinstance(inventory, str):
-        return f"needs {count} NVIDIA GPU(s): {inventory}"
+        return (f"needs {count} NVIDIA GPU(s): {inventory}; run the GPU tier on a machine with an NVIDIA GPU and "
+                f"its driver (`tox -e perf-gpu` on a self-hosted GPU runner)")
     if len(inventory) < count:
         import os
 
