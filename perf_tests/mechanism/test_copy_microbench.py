@@ -57,7 +57,10 @@ def test_copy_in_process(benchmark, arm: str, mb: float, intra_op_threads: int) 
                                      pytest.param(64, id="threads=64", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("mb", SIZES)
 @pytest.mark.parametrize("quota", [0.5, pytest.param(1.0, marks=pytest.mark.slow)], ids=lambda q: f"quota={q}")
-def test_copy_under_quota(benchmark, quota: float, mb: float, threads: int) -> None:
+def test_copy_under_quota(benchmark, quota: float, mb: float, threads: int, perf_settings,
+                          request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("slow") and perf_settings.scale != "full":
+        pytest.skip("large under-quota copy case: run with --perf-scale full")
     # each arm's round copies ~600 MB (~0.3 s of CPU): several 100 ms CFS periods, so the quota really binds
     rounds, copies = 3, max(10, int(600 / mb))
     try:
