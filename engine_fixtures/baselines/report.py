@@ -54,13 +54,23 @@ def counts(rows: Sequence[Row]) -> dict[str, int]:
 
 
 def terminal_table(rows: Sequence[Row], width: int = 120, color: bool = False) -> str:
-    """The summary table as text for the pytest terminal writer."""
-    table = Table(*COLUMNS, title="performance verdicts", show_lines=False)
+    """The summary table as text for the pytest terminal writer.
+
+    The arm column is left out (every scenario id already spells its arm) and cells never wrap: a
+    verdict table squeezed into 80 columns is unreadable, so the table is as wide as it needs to be."""
+    cols = tuple(c for c in COLUMNS if c != "arm")
+    table = Table(title="performance verdicts", show_lines=False)
+    for name in cols:
+        table.add_column(name, no_wrap=True, justify="right" if name in ("value", "baseline", "delta") else "left")
     for r in ordered(rows):
-        table.add_row(*r.cells(), style=_STYLE.get(r.verdict.status))
+        cells = dict(zip(COLUMNS, r.cells(), strict=True))
+        table.add_row(*(cells[c] for c in cols), style=_STYLE.get(r.verdict.status))
     buf = io.StringIO()
-    Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
-            highlight=False).print(table)
+    console = Console(file=buf, width=10_000, force_terminal=color, color_system="standard" if color else None,
+                      highlight=False)
+    needed = console.measure(table).maximum
+    console.width = max(width, needed)
+    console.print(table)
     return buf.getvalue()
 
 
