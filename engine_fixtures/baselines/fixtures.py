@@ -57,7 +57,15 @@ class PerfRecorder:
         self.item = item
 
     def __call__(self, result: RunResult) -> list[Verdict]:
-        tolerance = marker_tolerance(self.item, self.session.settings.tolerance)
+        settings = self.session.settings
+        tolerance = marker_tolerance(self.item, settings.tolerance)
+        if not settings.judge_baselines:
+            verdicts = [judge(name, None, values) for name, values in result.samples.items()]
+            self.session.record(self.item.nodeid, result, verdicts, None)
+            self._section(result, verdicts, "not judged", "baselines")
+            pytest.skip(f"measured and recorded, not judged against a stored baseline (--perf-judge-baselines no "
+                        f"from {settings.sources['judge_baselines']}); absolute numbers are judged by "
+                        "`tox -e perf-cpu` on the machine the baselines were measured on")
         baseline = self.session.store.load(result.scenario)
         if isinstance(baseline, MissingBaseline):
             verdicts = [judge(name, None, values) for name, values in result.samples.items()]
