@@ -173,8 +173,8 @@ _QWEN3_VL_4B = {
         "initializer_range": 0.02,
     },
 }
-_QWEN3_PRE = {
-    "size": {"longest_edge": 16777216, "shortest_edge": 65536},
+# Shared by Qwen3-VL's preprocessor_config.json and video_preprocessor_config.json.
+_QWEN3_PIXELS = {
     "patch_size": 16,
     "temporal_patch_size": 2,
     "merge_size": 2,
@@ -185,25 +185,19 @@ _QWEN3_PRE = {
     "do_normalize": True,
     "do_convert_rgb": True,
     "rescale_factor": 0.00392156862745098,
-    "image_processor_type": "Qwen2VLImageProcessorFast",
     "processor_class": "Qwen3VLProcessor",
 }
+_QWEN3_PRE = {
+    **_QWEN3_PIXELS,
+    "size": {"longest_edge": 16777216, "shortest_edge": 65536},
+    "image_processor_type": "Qwen2VLImageProcessorFast",
+}
 _QWEN3_VIDEO = {
+    **_QWEN3_PIXELS,
     "size": {"longest_edge": 25165824, "shortest_edge": 4096},
-    "patch_size": 16,
-    "temporal_patch_size": 2,
-    "merge_size": 2,
-    "image_mean": [0.5, 0.5, 0.5],
-    "image_std": [0.5, 0.5, 0.5],
-    "do_resize": True,
-    "do_rescale": True,
-    "do_normalize": True,
-    "do_convert_rgb": True,
-    "rescale_factor": 0.00392156862745098,
     "do_sample_frames": True,
     "fps": 2,
     "video_processor_type": "Qwen3VLVideoProcessor",
-    "processor_class": "Qwen3VLProcessor",
 }
 _QWEN3_GEN = {
     "bos_token_id": IDS["bos"],
