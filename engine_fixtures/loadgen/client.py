@@ -1,12 +1,19 @@
-"""The asyncio/aiohttp client: closed and open loops over pre-built bodies (runs inside the load process).
+"""The load process's measuring core: clock origin, event-loop lag probe, CPU time, and the per-request
+records built after the clock. The requests themselves go through one of two HTTP transports, chosen by
+``WorkloadSpec.http_client``:
 
-Hot-path rules: bodies are bytes built before the clock, one ``ClientSession`` with a keep-alive
-connector sized to the concurrency, raw tuples appended per request, records built after the clock.
+- ``"fast"`` (default, ``fast_client``): lean HTTP/1.1 keep-alive over asyncio Protocols + httptools,
+  request heads pre-serialised before the clock, no coroutine per request. Plain ``http://`` only.
+- ``"aiohttp"`` (``aiohttp_client``): slower per request but a full HTTP client (TLS, redirects,
+  close-delimited bodies); use it for servers the lean transport cannot talk to.
 
-Closed-loop scheduling delay is this client's own turnaround (its loop saw a slot free -> the next
-request handed to aiohttp). It cannot see time a finished response waited in the socket while the
-loop was busy; the event-loop lag probe measures that (also when the process is starved of CPU by
-others), and the stub's arrival/completion times show it from the server's side.
+Both feed raw rows ``(index, intended, sent, end, token_times, usage_tokens, status, error)`` into the
+same list, with the same error kinds, so records and reports do not depend on the transport.
+
+Closed-loop scheduling delay is this client's own turnaround (a slot freed -> the next request handed
+to the transport). It cannot see time a finished response waited in the socket while the loop was
+busy; the event-loop lag probe measures that (also when the process is starved of CPU by others), and
+the stub's arrival/completion times show it from the server's side.
 """
 
 from __future__ import annotations
@@ -17,15 +24,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import numpy as np
 
 from engine_fixtures.loadgen.records import RequestError, RequestRecord
 from engine_fixtures.loadgen.spec import WorkloadSpec
-from engine_fixtures.loadgen.sse import SseError, SseParser
 
-_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-_SNIPPET_BYTES = 512
 LAG_PROBE_S = 0.05
 
 
@@ -60,15 +63,15 @@ def poisson_arrivals(rate: float, count: int, seed: int) -> np.ndarray:
 
 
 async def run_client(url: str, spec: WorkloadSpec, bodies: Sequence[bytes], counter: Any = None) -> RawRun:
-    """Send every body (warmup first) and return the raw measurement. Never raises for a request error:
-    failures are recorded per request."""
+    """Send every body (warmup first) through ``spec.http_client`` and return the raw measurement.
+    Never raises for a request error: failures are recorded per request."""
     counter = counter if counter is not None else _Counter()
+    if spec.http_client == "fast":
+        from engine_fixtures.loadgen.fast_client import FastDriver as Driver
+    else:
+        from engine_fixtures.loadgen.aiohttp_client import AiohttpDriver as Driver  # type: ignore[assignment]
+    driver = Driver(url, spec, bodies)  # pre-serialises what it can, before the clock
     rows: list[tuple[Any, ...]] = []
-    limit = spec.concurrency or 0
-    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, keepalive_timeout=300, ttl_dns_cache=None)
-    timeout = aiohttp.ClientTimeout(
-        total=spec.request_timeout_s, connect=spec.connect_timeout_s, sock_read=spec.request_timeout_s
-    )
     origin = time.perf_counter()
     cpu0 = time.process_time()
     loop = asyncio.get_running_loop()
@@ -82,77 +85,10 @@ async def run_client(url: str, spec: WorkloadSpec, bodies: Sequence[bytes], coun
 
     probe_handle = [loop.call_later(LAG_PROBE_S, probe, origin + LAG_PROBE_S)]
     exhausted: list[float] = []
-    async with aiohttp.ClientSession(
-        connector=connector, timeout=timeout, auto_decompress=False, raise_for_status=False
-    ) as session:
-
-        async def request(index: int, intended: float) -> float:
-            sent = time.perf_counter()
-            parser = SseParser()
-            status: int | None = None
-            error: tuple[str, str, str] | None = None
-            try:
-                async with session.post(url, data=bodies[index], headers=_HEADERS) as resp:
-                    status = resp.status
-                    content = resp.content
-                    if status != 200:
-                        snippet = await content.read(_SNIPPET_BYTES)
-                        error = ("http_status", f"HTTP {status} {resp.reason}", snippet.decode("utf-8", "replace"))
-                    else:
-                        perf = time.perf_counter
-                        feed = parser.feed
-                        while True:
-                            data = await content.readany()
-                            if not data:
-                                break
-                            feed(data, perf())
-                        parser.finish()
-            except SseError as exc:
-                error = (exc.kind, str(exc), exc.snippet)
-            except aiohttp.ClientConnectorError as exc:
-                error = ("connect", f"{type(exc).__name__}: {exc}", "")
-            except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as exc:
-                error = ("timeout", f"{type(exc).__name__}: no answer within the timeout {exc}", "")
-            except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                error = ("stream_cut", f"{type(exc).__name__}: {exc} after {parser.chunks} chunks", "")
-            except aiohttp.ClientError as exc:
-                error = ("client", f"{type(exc).__name__}: {exc}", "")
-            end = time.perf_counter()
-            rows.append((index, intended, sent, end, parser.token_times, parser.usage_tokens, status, error))
-            counter.value += 1
-            return end
-
-        if spec.concurrency is not None:
-            total = spec.total_requests
-            next_index = 0
-
-            async def worker() -> None:
-                nonlocal next_index
-                freed = time.perf_counter()
-                while next_index < total:
-                    index = next_index
-                    next_index += 1
-                    freed = await request(index, freed)
-                if not exhausted:
-                    exhausted.append(time.perf_counter())
-
-            await asyncio.gather(*(worker() for _ in range(spec.concurrency)))
-        else:
-            assert spec.request_rate is not None
-            arrivals = poisson_arrivals(spec.request_rate, spec.total_requests, spec.seed)
-            start = time.perf_counter()
-            tasks = set()
-            for index, offset in enumerate(arrivals.tolist()):
-                due = start + offset
-                wait = due - time.perf_counter()
-                if wait > 0:
-                    await asyncio.sleep(wait)  # the arrival schedule itself, not a wait for a condition
-                task = asyncio.ensure_future(request(index, due))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-            if tasks:
-                await asyncio.gather(*tasks)
-    probe_handle[0].cancel()
+    try:
+        await driver.run(rows, counter, exhausted)
+    finally:
+        probe_handle[0].cancel()
     wall = time.perf_counter() - origin
     cpu = time.process_time() - cpu0
     records = tuple(sorted((_record(spec, row, origin) for row in rows), key=lambda r: r.index))

@@ -71,6 +71,8 @@ def run_load(
     clock starts. Raises ``LoadError`` if any request failed, ``MeasurementError`` on zero completed
     requests or a run past ``deadline_s``, ``ProcessCrashed`` if the load process died."""
     endpoint = endpoint_url(url)
+    if spec.http_client == "fast" and not endpoint.startswith("http://"):
+        raise ConfigError(f"url={url!r}: http_client='fast' speaks plain http:// only; use http_client='aiohttp'")
     chosen = check_cpus(cpus)
     deadline = default_deadline_s(spec) if deadline_s is None else deadline_s
     counter = _Progress()

@@ -8,6 +8,7 @@ from engine_fixtures.errors import ConfigError
 
 IMAGE_CONTENTS = ("noise", "repeated")
 IMAGE_FORMATS = ("png", "jpeg")
+HTTP_CLIENTS = ("fast", "aiohttp")
 # Pre-built request bodies live in the client process's memory; refuse workloads that would not fit.
 MAX_PAYLOAD_BYTES = 4 * 1024**3
 
@@ -18,7 +19,9 @@ class WorkloadSpec:
     Poisson arrivals drawn from ``seed``) is set. ``warmup_requests`` run first and are never
     measured. ``output_tokens`` is exact: ``max_tokens`` + ``ignore_eos`` + ``temperature=0``, and a
     response with any other count is an error. Thresholds say when the client, not the server, was
-    the bottleneck (see ``LoadReport.client_bound``)."""
+    the bottleneck (see ``LoadReport.client_bound``). ``http_client``: ``"fast"`` (lean HTTP/1.1
+    keep-alive transport on httptools, plain ``http://`` only) or ``"aiohttp"`` (slower per request,
+    but TLS, redirects and close-delimited bodies work)."""
 
     num_requests: int
     concurrency: int | None = None
@@ -34,6 +37,7 @@ class WorkloadSpec:
     model: str = "default"
     request_timeout_s: float = 120.0
     connect_timeout_s: float = 10.0
+    http_client: str = "fast"
     # Client-keeps-up thresholds.
     min_achieved_fraction: float = 0.95
     max_scheduling_delay_p99_ms: float = 10.0
@@ -68,6 +72,11 @@ class WorkloadSpec:
             raise ConfigError(f"image_content={self.image_content!r}: must be one of {', '.join(IMAGE_CONTENTS)}")
         if self.image_format not in IMAGE_FORMATS:
             raise ConfigError(f"image_format={self.image_format!r}: must be one of {', '.join(IMAGE_FORMATS)}")
+        if self.http_client not in HTTP_CLIENTS:
+            raise ConfigError(
+                f"http_client={self.http_client!r}: must be one of {', '.join(HTTP_CLIENTS)} "
+                "('aiohttp' for https:// or servers the lean 'fast' transport cannot talk to)"
+            )
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"model={self.model!r}: must be a non-empty model name (use 'default' for SGLang)")
         for name in ("request_timeout_s", "connect_timeout_s", "max_scheduling_delay_p99_ms"):
