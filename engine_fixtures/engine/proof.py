@@ -118,7 +118,11 @@ def arm_problems(spec: EngineSpec, proof: ArmProof) -> list[str]:
     mains = proof.by_role("http_server") + proof.by_role("tokenizer_worker")
     if not mains:
         problems.append("no proof from the HTTP/tokenizer process (the one that runs wrap_shm_features)")
-    if spec.mm_feature_transport == "cpu":
+    if spec.mm_feature_transport == "cpu" and spec.copy == "stock":
+        if not sum(proof.total(f"shm_copies_{impl}") for impl in ("torch", "buffer", "unknown")):
+            problems.append("copy=stock requested but zero SHM copies were recorded: the load never crossed the "
+                            "SHM transport (check /dev/shm size and the log for 'Failed to allocate shared memory')")
+    elif spec.mm_feature_transport == "cpu":
         want, other = spec.copy, "buffer" if spec.copy == "torch" else "torch"
         done = proof.total(f"shm_copies_{want}")
         wrong = proof.total(f"shm_copies_{other}") + proof.total("shm_copies_unknown")
@@ -134,8 +138,8 @@ def arm_problems(spec: EngineSpec, proof: ArmProof) -> list[str]:
                 "allocate shared memory')"
             )
     else:
-        env_want = "1" if spec.ipc_cache == "on" else "0"
-        for p in mains:
+        env_want = {"on": "1", "off": "0"}.get(spec.ipc_cache)
+        for p in mains if env_want is not None else ():
             seen = p.installed.get("ipc_pool_handle_cache_env")
             if seen != env_want:
                 problems.append(f"SGLANG_USE_IPC_POOL_HANDLE_CACHE={seen} in pid {p.pid}, expected {env_want}")

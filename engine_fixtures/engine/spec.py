@@ -20,8 +20,10 @@ from pathlib import Path
 from engine_fixtures.errors import ConfigError
 
 TRANSPORTS = ("cpu", "cuda_ipc")
-COPY_ARMS = ("torch", "buffer")
-IPC_CACHE_ARMS = ("on", "off")
+# "stock" leaves SGLang's own behaviour alone (no copy patch; SGLANG_USE_IPC_POOL_HANDLE_CACHE unset), so a
+# release is judged as shipped; "torch"/"buffer" and "on"/"off" force one implementation for A/B arms.
+COPY_ARMS = ("stock", "torch", "buffer")
+IPC_CACHE_ARMS = ("stock", "on", "off")
 SGLANG_LAUNCHER = ("-m", "sglang.launch_server")
 
 
@@ -177,7 +179,6 @@ class EngineSpec:
         del version  # both values are set explicitly, so the version's default never matters
         e = {
             "SGLANG_VLM_CACHE_SIZE_MB": str(self.vlm_cache_mb),
-            "SGLANG_USE_IPC_POOL_HANDLE_CACHE": "1" if self.ipc_cache == "on" else "0",
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",
@@ -186,6 +187,8 @@ class EngineSpec:
             "PERF_ARMS_IPC_CACHE": self.ipc_cache,
             "PERF_ARMS_TRANSPORT": self.mm_feature_transport,
         }
+        if self.ipc_cache != "stock":  # stock: the release's own default decides (off in 0.5.16, on from 0.5.18)
+            e["SGLANG_USE_IPC_POOL_HANDLE_CACHE"] = "1" if self.ipc_cache == "on" else "0"
         e.update(dict(self.env_extra))
         return e
 

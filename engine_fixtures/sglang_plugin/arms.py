@@ -73,12 +73,13 @@ def install_copy_arm(rec: Recorder, arm: str) -> None:
     except Exception as exc:  # an SGLang without the class: the proof shows it
         rec.errors.append(f"copy: cannot import {MM_UTILS}.ShmPointerMMData: {exc!r}")
         return
-    try:
-        from engine_fixtures.transport.sglang_compat import apply_copy_arm
+    if arm != "stock":  # stock: SGLang's own copy, only counted and labelled by what its code does
+        try:
+            from engine_fixtures.transport.sglang_compat import apply_copy_arm
 
-        apply_copy_arm(cls, arm)
-    except Exception as exc:
-        rec.errors.append(f"copy: apply_copy_arm({arm!r}) failed: {exc!r}")
+            apply_copy_arm(cls, arm)
+        except Exception as exc:
+            rec.errors.append(f"copy: apply_copy_arm({arm!r}) failed: {exc!r}")
     inner = cls.__init__
     impl = classify_copy(inner)
 
