@@ -3,6 +3,7 @@ CPUs, its result framed over a pipe. The process is always reaped, also on failu
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import pickle
@@ -73,6 +74,11 @@ def run_load(
     endpoint = endpoint_url(url)
     if spec.http_client == "fast" and not endpoint.startswith("http://"):
         raise ConfigError(f"url={url!r}: http_client='fast' speaks plain http:// only; use http_client='aiohttp'")
+    if spec.http_client == "fast" and importlib.util.find_spec("httptools") is None:
+        # Checked here, not in the load process, so the error names the fix instead of a child traceback
+        # (seen on the H200 image, whose Python lacks httptools unless it is carried as a wheel).
+        raise ConfigError("http_client='fast' needs httptools, which is not installed: `pip install "
+                          "'httptools>=0.6,<1'` (a declared dependency of this suite), or use http_client='aiohttp'")
     chosen = check_cpus(cpus)
     deadline = default_deadline_s(spec) if deadline_s is None else deadline_s
     counter = _Progress()

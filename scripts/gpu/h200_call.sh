@@ -2,7 +2,8 @@
 # One device call on the lent H200: unpack the offline SGLang bundle, report the cgroup facts, run the
 # transport properties against real CUDA and SGLang's own classes, then the engine arms.
 #   bash scripts/gpu/h200_call.sh SHAPE [PYTEST_K_EXPR]
-# Needs `.device/` (see /work/shared/device/README.md) carried along. Everything lands in $OUT.
+# Needs `.device/` carried along: ../shared/device/build_wheelhouse.sh, then scripts/gpu/add_suite_wheels.sh
+# (httptools for the load generator). Everything lands in $OUT.
 set -uo pipefail
 SHAPE=${1:-tiny}; KEXPR=${2:-}
 T0=$(date +%s)
