@@ -2,16 +2,39 @@
 
 from __future__ import annotations
 
+import pytest
+
 MARKERS: dict[str, str] = {
     "gpu(count=1)": "needs COUNT NVIDIA GPUs visible through NVML; skipped with the reason otherwise.",
     "engine": "starts the real SGLang engine (GPU tier); skipped when SGLang or a GPU is missing.",
-    "cgroup(quota=None)": "needs a writable cgroup CPU controller; QUOTA (cores or 'none') overrides "
-    "--perf-cpu-quota for this test.",
-    "perf(scenario=None, repeats=None, tolerance=None)": "a measured scenario judged against its baseline; "
-    "keyword values override --perf-repeats/--perf-tolerance for this test.",
+    "cgroup": "needs a writable cgroup CPU controller (skipped with the reason otherwise, and under "
+    "--perf-cpu-quota none).",
+    "perf(tolerance=None)": "a measured scenario judged against its baseline; TOLERANCE (percent) overrides "
+    "--perf-tolerance and every metric's default for this test.",
     "mechanism": "the CPU-tier SHM copy-path mechanism benchmark (real /dev/shm, real processes, real cgroup).",
     "slow": "takes minutes; the 'unit' tox env deselects it unless --perf-scale full.",
 }
+
+
+# Keyword arguments each marker accepts; anything else is a usage error naming the test (pytest-benchmark's rule).
+MARKER_KWARGS: dict[str, frozenset[str]] = {
+    "gpu": frozenset({"count"}),
+    "perf": frozenset({"tolerance"}),
+    "cgroup": frozenset(),
+    "engine": frozenset(),
+    "mechanism": frozenset(),
+}
+
+
+def marker_errors(item: pytest.Item) -> list[str]:
+    """``"<nodeid>: perf mark can't have 'x' keyword argument (accepted: tolerance)"`` for each bad kwarg."""
+    errors = []
+    for name, accepted in MARKER_KWARGS.items():
+        for mark in item.iter_markers(name):
+            for key in sorted(set(mark.kwargs) - accepted):
+                errors.append(f"{item.nodeid}: {name} mark can't have {key!r} keyword argument "
+                              f"(accepted: {', '.join(sorted(accepted)) or 'none'})")
+    return errors
 
 
 def xdist_reason(config: object) -> str | None:

@@ -59,6 +59,9 @@ def _cached_reason(config: pytest.Config, key: tuple[str, object], compute) -> s
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip what cannot run here, each with a reason that states the fact and the fix."""
     settings = config.stash[options.SETTINGS_KEY]
+    bad = [e for item in items for e in marks.marker_errors(item)]
+    if bad:
+        raise pytest.UsageError("invalid perf suite markers:\n" + "\n".join(bad))
     xdist = marks.xdist_reason(config)
     for item in items:
         reason = None
@@ -71,10 +74,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             reason = _cached_reason(config, ("gpu", count), lambda c=count: marks.gpu_skip_reason(c))
         if reason is None and item.get_closest_marker("engine") is not None:
             reason = _cached_reason(config, ("engine", None), marks.engine_skip_reason)
-        cg = item.get_closest_marker("cgroup")
-        if reason is None and cg is not None:
-            quota = cg.kwargs.get("quota", settings.cpu_quota)
-            source = "marker cgroup(quota=...)" if "quota" in cg.kwargs else settings.sources["cpu_quota"]
+        if reason is None and item.get_closest_marker("cgroup") is not None:
+            quota, source = settings.cpu_quota, settings.sources["cpu_quota"]
             key = ("cgroup", quota if quota == "none" else "any")
             reason = _cached_reason(config, key, lambda q=quota, s=source: marks.cgroup_skip_reason(q, s))
         if reason is not None:

@@ -91,7 +91,7 @@ def test_busy_child_uses_one_core_idle_child_none(spawn: Spawn) -> None:
     assert s["threads.total.max"] == s["threads.busy.max"] + s["threads.idle.max"]
 
 
-@pytest.mark.cgroup(quota=0.5)
+@pytest.mark.cgroup
 def test_share_of_quota_is_one_for_a_busy_child_under_half_a_core(
     spawn: Spawn, request: pytest.FixtureRequest
 ) -> None:
