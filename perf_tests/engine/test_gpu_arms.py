@@ -186,6 +186,14 @@ def test_invariant_stock_copy_keeps_up_with_buffer_copy_under_quota(engine_ready
 
 @pytest.mark.gpu(1)
 @pytest.mark.engine
+def test_invariant_cpu_transport_reaches_most_of_cuda_ipc(engine_ready: None, perf_invariant) -> None:
+    """Without a quota, the (fixed) CPU transport serves >= 0.8x the requests/s of cached CUDA IPC at C."""
+    perf_invariant("requests_per_s", _measured("cuda_ipc-cache=on"), _measured("cpu-copy=buffer"), 0.8,
+                   label=f"cpu(buffer)/cuda_ipc(cached) at C={CONCURRENCY}")
+
+
+@pytest.mark.gpu(1)
+@pytest.mark.engine
 @pytest.mark.xfail(IPC_CACHE_OFF_BY_DEFAULT, strict=True,
                    reason="regression 2: before 0.5.18 SGLang re-opens the IPC pool handle for every image "
                    "unless SGLANG_USE_IPC_POOL_HANDLE_CACHE=1")
