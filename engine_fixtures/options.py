@@ -128,8 +128,9 @@ OPTIONS: tuple[Option, ...] = (
            Path(".perf-results"), "DIR"),
     Option("update_baselines", "Write this run's results as the new baselines (same as 'perf-baseline update').",
            parse_bool, False, flag=True),
-    Option("judge_baselines", "Judge results against the stored baselines ('no' only records them; cross-arm "
-           "invariants, which compare arms measured in the same run, are judged either way).", parse_bool, True,
+    Option("judge_baselines", "Judge results against the stored baselines. 'no' records them and shows the "
+           "baseline and delta as report-only (for shared VMs whose level drifts between runs); cross-arm "
+           "invariants, which compare arms measured in the same run, are judged either way.", parse_bool, True,
            "yes|no"),
     Option("repeats", "Measured repeats per scenario (warmup is extra and kept apart).", parse_positive_int, 5, "N"),
     Option("tolerance", "Override every gated metric's tolerance, e.g. 10 or 10%% (default: the metric "

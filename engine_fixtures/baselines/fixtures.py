@@ -16,6 +16,7 @@ are RunResults (their ``samples[metric]``) or sample sequences.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -60,12 +61,7 @@ class PerfRecorder:
         settings = self.session.settings
         tolerance = marker_tolerance(self.item, settings.tolerance)
         if not settings.judge_baselines:
-            verdicts = [judge(name, None, values) for name, values in result.samples.items()]
-            self.session.record(self.item.nodeid, result, verdicts, None)
-            self._section(result, verdicts, "not judged", "baselines")
-            pytest.skip(f"measured and recorded, not judged against a stored baseline (--perf-judge-baselines no "
-                        f"from {settings.sources['judge_baselines']}); absolute numbers are judged by "
-                        "`tox -e perf-cpu` on the machine the baselines were measured on")
+            return self.report(result, f"--perf-judge-baselines no from {settings.sources['judge_baselines']}")
         baseline = self.session.store.load(result.scenario)
         if isinstance(baseline, MissingBaseline):
             verdicts = [judge(name, None, values) for name, values in result.samples.items()]
@@ -84,6 +80,20 @@ class PerfRecorder:
                         "If this change is intended, update the baseline with "
                         "`perf-baseline update --from <results.json>` or `pytest --perf-update-baselines`.",
                         pytrace=False)
+        return verdicts
+
+    def report(self, result: RunResult, why: str) -> list[Verdict]:
+        """Record ``result`` and show it next to its baseline, judging nothing: for control arms whose absolute
+        numbers measure the machine rather than the code (``why`` says which). Never skips, never fails."""
+        baseline = self.session.store.load(result.scenario)
+        base = {} if isinstance(baseline, MissingBaseline) else baseline.samples
+        verdicts = []
+        for name, values in result.samples.items():
+            v = judge(name, base.get(name), values)
+            verdicts.append(replace(v, status="report-only", p_value=None,
+                                    message=f"{name}: reported, not judged ({why})"))
+        self.session.record(self.item.nodeid, result, verdicts, None)
+        self._section(result, verdicts, why, "report only")
         return verdicts
 
     def _section(self, result: RunResult, verdicts: list[Verdict], path: object, label: str) -> None:

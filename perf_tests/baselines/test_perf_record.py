@@ -92,3 +92,27 @@ def test_marker_tolerance_below_one_is_rejected(pytester: pytest.Pytester) -> No
     r = run(pytester)
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*perf(tolerance=10)*"])
+
+
+REPORT_FILE = """
+import os
+from engine_fixtures.baselines.results import RunResult
+
+SHIFT = float(os.environ.get("SHIFT", "1.0"))
+
+def test_control(perf_record):
+    verdicts = perf_record.report(RunResult("demo/control", {"arm": "control"},
+                                            {"latency_p50_ms": tuple(v * SHIFT for v in (100.0, 101.0, 99.0))}),
+                                  "a control arm")
+    assert [v.status for v in verdicts] == ["report-only"]
+"""
+
+
+def test_report_records_and_shows_the_baseline_but_never_judges(pytester: pytest.Pytester,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_control=REPORT_FILE)
+    run(pytester, "--perf-update-baselines").assert_outcomes(passed=1)
+    monkeypatch.setenv("SHIFT", "3.0")  # a 3x slowdown: perf_record would fail, report must not
+    r = run(pytester)
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["*demo/control*latency_p50_ms*300 ms*100*+200.0%*report-only*"])

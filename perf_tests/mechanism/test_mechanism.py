@@ -8,6 +8,8 @@ concurrency) pair of the grid, torch and buffer interleaved, marked slow.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -23,7 +25,9 @@ SMOKE_FREE = [MechArm(copy=c, threads="cpus", quota=None, resolution=1024, concu
 SMOKE = SMOKE_QUOTA + SMOKE_FREE
 PAIRS = [(t, q, r, n) for t in THREAD_ARMS for q in (None, 0.5, 1.0) for r in (512, 1024, 2048) for n in (1, 4, 16)
          if MechArm(threads=t, quota=q, resolution=r, concurrency=n) not in SMOKE]
-REQUESTS = 24  # ~2 s windows at quota 0.5: 20 CFS periods, CV mostly under the gate's 10 %
+WARMUP = 2  # the first window after start ran up to 20% slow (page cache, allocator), inflating the CV
+REQUESTS = 48  # ~3.5 s windows at quota 0.5 (35 CFS periods): the torch arm is bursty under the quota,
+# and 24-request windows left its CV at 7-15% (often "unstable"); 48 brings it under the gate's 10%
 
 pytestmark = [pytest.mark.mechanism, pytest.mark.cgroup()]
 
@@ -31,14 +35,24 @@ pytestmark = [pytest.mark.mechanism, pytest.mark.cgroup()]
 @pytest.fixture(scope="module")
 def smoke_results(perf_settings) -> dict[MechArm, RunResult]:
     """The four smoke arms measured interleaved in one run (shared by the arm tests and the invariant)."""
-    return dict(zip(SMOKE, run_arms(SMOKE, repeats=perf_settings.repeats, warmup=1, requests=REQUESTS),
+    return dict(zip(SMOKE, run_arms(SMOKE, repeats=perf_settings.repeats, warmup=WARMUP, requests=REQUESTS),
                     strict=True))
+
+
+# Without a quota the producer, the consumer and the driver share the box's 2 CPUs, so those arms' absolute
+# numbers measure the scheduler more than the copy: their level moved by ~15% between otherwise identical runs
+# on an idle box (buffer p50 114.8 / 131.9 / 130.6 ms) while each run's repeats agreed, which a within-run
+# test reads as a regression. They are the control of the invariant below, reported and never judged alone.
+CONTROL = "no quota: a control arm; on a 2-core box its level moves ~15% between runs"
 
 
 @pytest.mark.perf
 @pytest.mark.parametrize("arm", SMOKE, ids=lambda a: a.id)
 def test_mech_arm(arm: MechArm, smoke_results, perf_record) -> None:
-    perf_record(smoke_results[arm])
+    if arm.quota is None and len(os.sched_getaffinity(0)) <= 2:
+        perf_record.report(smoke_results[arm], CONTROL)
+    else:
+        perf_record(smoke_results[arm])
 
 
 @pytest.mark.perf
