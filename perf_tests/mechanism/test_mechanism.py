@@ -56,13 +56,14 @@ def test_mech_arm(arm: MechArm, smoke_results, perf_record) -> None:
 
 
 @pytest.mark.perf
-def test_buffer_not_slower_than_torch_under_quota(smoke_results, perf_invariant, record_property) -> None:
+def test_buffer_not_slower_than_torch_under_quota(smoke_results, perf_invariant, request) -> None:
     """threads = visible CPUs, quota 0.5: buffer req/s >= 0.95 x torch req/s unless the gate calls it noise."""
     torch_r, buffer_r = (smoke_results[a] for a in SMOKE_QUOTA)
     med, q1, q3 = ratio_spread(buffer_r.samples["requests_per_s"], torch_r.samples["requests_per_s"])
     free_med, free_q1, free_q3 = ratio_spread(*(smoke_results[a].samples["requests_per_s"] for a in SMOKE_FREE[::-1]))
-    record_property("buffer_over_torch_quota", f"{med:.3f} [{q1:.3f}-{q3:.3f}]")
-    record_property("buffer_over_torch_no_quota", f"{free_med:.3f} [{free_q1:.3f}-{free_q3:.3f}]")
+    # user_properties, not record_property: the latter warns (an error here) under --junitxml's default format
+    request.node.user_properties.append(("buffer_over_torch_quota", f"{med:.3f} [{q1:.3f}-{q3:.3f}]"))
+    request.node.user_properties.append(("buffer_over_torch_no_quota", f"{free_med:.3f} [{free_q1:.3f}-{free_q3:.3f}]"))
     print(f"buffer/torch req/s per round, quota {QUOTA}: median {med:.2f}x IQR [{q1:.2f}-{q3:.2f}]; "
           f"no quota: {free_med:.2f}x [{free_q1:.2f}-{free_q3:.2f}]")
     perf_invariant("requests_per_s", torch_r, buffer_r, 0.95, label=f"buffer/torch quota={QUOTA} threads=cpus")
