@@ -171,3 +171,24 @@ class SamplerSet:
                     )
                 merged[key] = value
         return merged
+
+
+class TickedWindow:
+    """The end of a ticking sampler's window, shared by the CPU and GPU samplers: stop the ticker, take the
+    last reading, remember a failure (so ``summary()`` refuses numbers from a broken window), and always run
+    the sampler's own cleanup and mark the window closed."""
+
+    _ticker: Ticker
+    _failure: str | None
+    _closed: bool
+
+    def _close_window(self, last_reading: Callable[[], None], cleanup: Callable[[], None]) -> None:
+        try:
+            self._ticker.stop()
+            last_reading()
+        except BaseException as err:
+            self._failure = repr(err)
+            raise
+        finally:
+            cleanup()
+            self._closed = True

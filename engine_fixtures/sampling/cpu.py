@@ -17,7 +17,7 @@ from types import TracebackType
 import psutil
 
 from engine_fixtures.errors import ConfigError, MeasurementError
-from engine_fixtures.sampling.base import Ticker, require_closed
+from engine_fixtures.sampling.base import TickedWindow, Ticker, require_closed
 
 RolesFn = Callable[[], Mapping[str, Sequence[int]]]
 TOTAL = "total"
@@ -50,7 +50,7 @@ def _cpu_s(proc: psutil.Process) -> float:
     return times.user + times.system
 
 
-class CpuSampler:
+class CpuSampler(TickedWindow):
     """Samples the processes of each role from ``roles_fn()`` every ``interval_s``.
 
     ``roles_fn`` is re-read every ``roles_interval_s`` (and at the window's end), so children that
@@ -125,15 +125,10 @@ class CpuSampler:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        try:
-            self._ticker.stop()
-            self._observe(priming=False, reread_roles=True)
-        except BaseException as err:
-            self._failure = repr(err)
-            raise
-        finally:
-            self._wall_s = time.monotonic() - self._t0
-            self._closed = True
+        self._close_window(lambda: self._observe(priming=False, reread_roles=True), self._end_wall_clock)
+
+    def _end_wall_clock(self) -> None:
+        self._wall_s = time.monotonic() - self._t0
 
     def _tick(self) -> None:
         self._observe(priming=False)

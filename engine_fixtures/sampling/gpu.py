@@ -17,7 +17,7 @@ import numpy as np
 import pynvml
 
 from engine_fixtures.errors import ConfigError
-from engine_fixtures.sampling.base import Ticker, require_closed
+from engine_fixtures.sampling.base import TickedWindow, Ticker, require_closed
 
 PidsFn = Callable[[], Mapping[str, Sequence[int]] | Sequence[int]]
 _MIB = 1024 * 1024
@@ -102,7 +102,7 @@ def gpu_inventory() -> list[GpuInfo] | str:
     return _cuda_visible(infos, os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
-class GpuSampler:
+class GpuSampler(TickedWindow):
     """Samples the GPUs ``indices`` every ``interval_s`` inside the window (ticks plus one at exit).
 
     Summary over all samples of all listed GPUs: ``gpu.util.mean/p50/p95`` (NVML utilisation %, each
@@ -157,15 +157,7 @@ class GpuSampler:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        try:
-            self._ticker.stop()
-            self._sample()
-        except BaseException as err:
-            self._failure = repr(err)
-            raise
-        finally:
-            self._exit.close()
-            self._closed = True
+        self._close_window(self._sample, self._exit.close)
 
     def _sample(self) -> None:
         per_pid: dict[int, float | None] = {}
