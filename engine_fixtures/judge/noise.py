@@ -1,0 +1,149 @@
+"""Noise of one quantity measured in several independent runs, split into within-run and between-run parts.
+
+A *run* is one independent measurement (its own process, engine start and time); a *window* is one sample
+inside a run (a load window, a mechanism round). Windows of one run share that run's level: on the H200 the
+buffer arm's req/s read 31.7, 34.6, 35.9 and 30.3 in four runs while each run's windows agreed within 3-7 %.
+A gate that sees only the windows mistakes that level shift for a regression, so both parts are estimated.
+
+Model (one-way random effects on the judged scale: log for positive ratio-like metrics, identity otherwise)::
+
+    x[k, i] = mu + b[k] + e[k, i],   b ~ N(0, between_sd^2),   e ~ N(0, within_sd^2)
+
+From K runs with n_k windows: ``within_sd^2`` is the pooled variance inside runs (df = sum(n_k - 1)) and
+``run_sd^2`` the variance of the K run means (df = K - 1). A new run of m windows differs from the pooled
+level ``mean(run means)`` by a prediction error with variance
+
+    se^2 = (1 + 1/K) run_sd^2 + within_sd^2 (1/m - mean(1/n_k))
+
+(for m = n this is the textbook prediction interval of one more run mean), floored at the pure-within
+value ``within_sd^2 (1/m + mean(1/n_k)/K)`` when the run means agree better than their windows predict
+(between-run variance estimated as zero). Degrees of freedom: Welch-Satterthwaite over the two terms.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+MIN_RUNS = 3  # between-run spread needs K - 1 >= 2 degrees of freedom to mean anything
+MIN_WINDOWS = 2  # a run's own spread needs two windows
+
+ScaleName = Literal["log", "linear"]
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The scale a metric is judged on: ``log`` (relative changes; values must be > 0) or ``linear``."""
+
+    name: ScaleName = "log"
+
+    def forward(self, values: Sequence[float]) -> np.ndarray:
+        arr = np.asarray(values, dtype=float)
+        if self.name == "log":
+            if arr.size and not np.all(arr > 0):
+                raise ValueError(f"log-scale metric with non-positive values {arr[arr <= 0][:5].tolist()}: "
+                                 "judge it on the linear scale (Metric.scale='linear')")
+            return np.log(arr)
+        return arr
+
+    def size(self, floor: float) -> float:
+        """A declared floor (relative for log, absolute for linear) on this scale."""
+        return math.log1p(floor) if self.name == "log" else floor
+
+    def as_change(self, effect: float) -> float:
+        """An effect on this scale back as a relative change (log) or an absolute one (linear)."""
+        return math.expm1(effect) if self.name == "log" else effect
+
+    def text(self, effect: float, unit: str = "") -> str:
+        if self.name == "log":
+            return f"{math.expm1(effect):+.1%}"
+        return f"{effect:+.3g} {unit}".rstrip()
+
+
+LOG = Scale("log")
+LINEAR = Scale("linear")
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    """Within- and between-run spread of one quantity over K runs (on its judged scale)."""
+
+    runs: int
+    windows: tuple[int, ...]
+    level: float  # mean of the run means
+    run_means: tuple[float, ...]
+    run_sd: float  # SD of the run means
+    within_sd: float  # pooled SD inside runs
+    within_df: int
+
+    @classmethod
+    def fit(cls, runs: Sequence[Sequence[float]]) -> NoiseModel:
+        """Fit from per-run window values already on the judged scale (``Scale.forward``)."""
+        arrays = [np.asarray(r, dtype=float) for r in runs if len(r)]
+        if not arrays:
+            raise ValueError("a noise model needs at least one run with windows")
+        means = np.array([a.mean() for a in arrays])
+        ss = sum(float(((a - a.mean()) ** 2).sum()) for a in arrays)
+        df = sum(len(a) - 1 for a in arrays)
+        within = math.sqrt(ss / df) if df > 0 else 0.0
+        run_sd = float(means.std(ddof=1)) if len(means) > 1 else 0.0
+        return cls(len(arrays), tuple(len(a) for a in arrays), float(means.mean()), tuple(float(m) for m in means),
+                   run_sd, within, df)
+
+    @property
+    def harmonic_term(self) -> float:
+        """mean(1/n_k): how much within-run noise each run mean carries."""
+        return float(np.mean([1.0 / n for n in self.windows]))
+
+    @property
+    def typical_windows(self) -> int:
+        return max(1, round(float(np.mean(self.windows))))
+
+    @property
+    def between_sd(self) -> float:
+        """Method-of-moments between-run SD (>= 0)."""
+        return math.sqrt(max(0.0, self.run_sd**2 - self.within_sd**2 * self.harmonic_term))
+
+    def unusable(self) -> str | None:
+        """Why this model cannot judge a new run, or None."""
+        if self.runs < MIN_RUNS:
+            return (f"the baseline pools {self.runs} run(s); the spread between runs needs >= {MIN_RUNS} "
+                    "independent runs")
+        return None
+
+    def prediction(self, windows: int, within_sd: float | None = None) -> tuple[float, float]:
+        """(se, df) of ``mean(new run) - level`` for a new run of ``windows`` windows whose own within-run SD
+        is ``within_sd`` (default: the baseline's)."""
+        if windows < 1:
+            raise ValueError("a run has at least one window")
+        k, h = self.runs, self.harmonic_term
+        sw2 = (self.within_sd if within_sd is None else within_sd) ** 2
+        a_term = (1 + 1 / k) * self.run_sd**2
+        c_term = sw2 * (1 / windows - h)
+        floor = sw2 * (1 / windows + h / k)
+        var = a_term + c_term
+        if var < floor:  # run means agree better than their windows predict: between-run variance ~ 0
+            var, a_term, c_term = floor, 0.0, floor
+        if var <= 0:
+            return 0.0, math.inf
+        df_m = max(k - 1, 1)
+        df_w = max(self.within_df, 1)
+        denom = (a_term**2) / df_m + (c_term**2) / df_w
+        df = var**2 / denom if denom > 0 else math.inf
+        return math.sqrt(var), df
+
+
+def pooled_sd(sd_a: float, df_a: int, values: Sequence[float]) -> tuple[float, int]:
+    """Pool an SD with ``df_a`` degrees of freedom and the sample SD of ``values``."""
+    arr = np.asarray(values, dtype=float)
+    df_b = len(arr) - 1
+    if df_b < 1:
+        return sd_a, df_a
+    var_b = float(arr.var(ddof=1))
+    if df_a < 1:
+        return math.sqrt(var_b), df_b
+    return math.sqrt((df_a * sd_a**2 + df_b * var_b) / (df_a + df_b)), df_a + df_b

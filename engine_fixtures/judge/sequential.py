@@ -1,0 +1,69 @@
+"""Measure until every judged cell is decided or the budget is spent (Pinpoint's rule: undecided is not a pass).
+
+``Budget(initial, step, maximum)``: the first look comes after ``initial`` windows (or blocks, or rounds),
+each further look after ``step`` more, never past ``maximum``. Every look tests at ``alpha / looks`` per
+side (Bonferroni over the planned looks), so looking again cannot raise the false-alarm rate above alpha.
+
+``measure_until_decided(budget, measure, undecided)`` calls ``measure(n)`` to add n windows and
+``undecided(alpha_per_look)`` to judge what has been measured so far; it stops when ``undecided`` returns
+nothing or the budget is spent, and returns the ``Progress`` (windows measured, looks, what stayed open).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from engine_fixtures.errors import ConfigError
+from engine_fixtures.judge.decide import ALPHA
+
+
+@dataclass(frozen=True)
+class Budget:
+    initial: int
+    step: int
+    maximum: int
+
+    def __post_init__(self) -> None:
+        if not (1 <= self.initial <= self.maximum) or self.step < 1:
+            raise ConfigError(f"measurement budget needs 1 <= initial <= maximum and step >= 1, got initial="
+                              f"{self.initial}, step={self.step}, maximum={self.maximum}")
+
+    @property
+    def looks(self) -> int:
+        return 1 + math.ceil((self.maximum - self.initial) / self.step)
+
+    def alpha_per_look(self, alpha: float = ALPHA) -> float:
+        return alpha / self.looks
+
+    @classmethod
+    def fixed(cls, n: int) -> Budget:
+        return cls(n, 1, n)
+
+
+@dataclass(frozen=True)
+class Progress:
+    measured: int
+    looks: int
+    undecided: tuple[str, ...]
+
+    @property
+    def decided(self) -> bool:
+        return not self.undecided
+
+
+def measure_until_decided(budget: Budget, measure: Callable[[int], None],
+                          undecided: Callable[[float], Sequence[str]], alpha: float = ALPHA) -> Progress:
+    """Grow the measurement in steps until ``undecided`` is empty or ``budget.maximum`` is reached."""
+    a = budget.alpha_per_look(alpha)
+    measure(budget.initial)
+    done, looks = budget.initial, 1
+    open_cells = tuple(undecided(a))
+    while open_cells and done < budget.maximum:
+        n = min(budget.step, budget.maximum - done)
+        measure(n)
+        done += n
+        looks += 1
+        open_cells = tuple(undecided(a))
+    return Progress(done, looks, open_cells)

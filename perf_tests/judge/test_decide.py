@@ -1,0 +1,149 @@
+"""The three-valued gate on synthetic data of known noise: decisions, directions, and its error rates.
+
+The error-rate tests are seeded simulations of the model the gate assumes (random run levels plus window
+noise); the same gate's behaviour on real runs is measured by the suite itself (README, sensitivity table).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from engine_fixtures.judge.decide import judge_bound, judge_history, judge_paired
+from engine_fixtures.judge.noise import LINEAR, LOG, NoiseModel
+from engine_fixtures.judge.sequential import Budget, measure_until_decided
+
+FLOOR = math.log1p(0.02)
+
+
+def runs(rng: np.random.Generator, k: int, n: int, between: float, within: float, level: float = 0.0):
+    return [level + rng.normal(0, between) + rng.normal(0, within, n) for _ in range(k)]
+
+
+def test_noise_model_recovers_known_components() -> None:
+    rng = np.random.default_rng(0)
+    m = NoiseModel.fit(runs(rng, 400, 8, between=0.05, within=0.03))
+    assert m.between_sd == pytest.approx(0.05, rel=0.1)
+    assert m.within_sd == pytest.approx(0.03, rel=0.05)
+    se, df = m.prediction(8)
+    assert se == pytest.approx(math.sqrt((1 + 1 / 400) * m.run_sd**2), rel=1e-9)  # m == n: the textbook interval
+    assert df > 300
+
+
+def test_prediction_error_grows_with_fewer_windows_and_never_drops_below_within_noise() -> None:
+    m = NoiseModel.fit([[0.0, 0.1, -0.1, 0.05], [0.01, 0.09, -0.08, 0.0], [0.0, 0.1, -0.1, 0.02]])
+    assert m.between_sd == 0.0  # the run means agree better than the windows predict
+    se2, _ = m.prediction(2)
+    se8, _ = m.prediction(8)
+    assert se2 > se8 >= m.within_sd / math.sqrt(8)
+
+
+@given(st.floats(min_value=-5, max_value=5), st.integers(min_value=0, max_value=2**31))
+def test_history_decision_is_invariant_to_a_common_shift(shift: float, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    base = runs(rng, 4, 5, 0.03, 0.03)
+    cur = 0.02 + rng.normal(0, 0.03, 5)
+    a = judge_history(NoiseModel.fit(base), cur, +1, FLOOR)
+    b = judge_history(NoiseModel.fit([r + shift for r in base]), cur + shift, +1, FLOOR)
+    assert a.status == b.status
+    assert a.effect == pytest.approx(b.effect, abs=1e-9)
+
+
+def test_history_directions_and_clear_outcomes() -> None:
+    rng = np.random.default_rng(1)
+    model = NoiseModel.fit(runs(rng, 5, 5, 0.01, 0.02))
+    same = rng.normal(model.level, 0.02, 5)
+    assert judge_history(model, same, +1, FLOOR).status == "pass"
+    worse = same + math.log(1.5)
+    assert judge_history(model, worse, +1, FLOOR).status == "regression"  # larger is worse (latency)
+    assert judge_history(model, worse, -1, FLOOR).status == "improvement"  # larger is better (throughput)
+
+
+def test_too_few_baseline_runs_is_inconclusive_and_says_how_many() -> None:
+    model = NoiseModel.fit([[1.0, 1.01, 0.99], [1.0, 1.02, 0.98]])
+    d = judge_history(model, [1.5, 1.5, 1.5], +1, FLOOR)
+    assert d.status == "inconclusive"
+    assert "pools 2 run(s)" in d.reason and ">= 3" in d.reason
+
+
+def test_a_run_much_noisier_than_its_baseline_is_inconclusive_not_pass() -> None:
+    rng = np.random.default_rng(2)
+    model = NoiseModel.fit(runs(rng, 6, 6, 0.0, 0.01))
+    noisy = model.level + np.array([0.25, -0.2, 0.3, -0.28])  # mean ~0, huge spread
+    d = judge_history(model, noisy, +1, FLOOR)
+    assert d.status == "inconclusive"
+    assert "noisier than its baseline" in d.reason
+
+
+@pytest.mark.parametrize(("k", "between", "within"), [(3, 0.0, 0.05), (5, 0.05, 0.04), (8, 0.01, 0.05)])
+def test_history_gate_error_rates_on_its_own_model(k: int, between: float, within: float) -> None:
+    """False alarms stay near alpha (1 %); a change of the size a baseline promises is caught ~90 % of the time."""
+    rng = np.random.default_rng([k, round(between * 1000)])
+    trials, false_alarms, caught, inconclusive = 600, 0, 0, 0
+    for _ in range(trials):
+        model = NoiseModel.fit(runs(rng, k, 5, between, within))
+        clean = judge_history(model, runs(rng, 1, 5, between, within)[0], +1, FLOOR)
+        false_alarms += clean.status == "regression"
+        inconclusive += clean.status == "inconclusive"
+        slowed = judge_history(model, runs(rng, 1, 5, between, within, level=clean.detectable)[0], +1, FLOOR)
+        caught += slowed.status == "regression"
+    assert false_alarms / trials <= 0.035
+    assert inconclusive / trials <= 0.02
+    assert caught / trials >= 0.85
+
+
+def test_paired_gate_catches_a_ten_percent_change_and_passes_identical_builds() -> None:
+    rng = np.random.default_rng(4)
+    budget = Budget(4, 2, 12)
+    outcomes: dict[float, list[str]] = {0.0: [], 0.10: []}
+    for shift in outcomes:
+        for _ in range(300):
+            blocks: list[float] = []
+            last = {}
+
+            def measure(n: int, s: float = shift) -> None:
+                blocks.extend(rng.normal(math.log1p(s), 0.03, n))
+
+            def undecided(alpha: float) -> list[str]:
+                last["d"] = judge_paired(blocks, +1, FLOOR, budget.maximum, alpha=alpha)
+                return [] if last["d"].decided else ["cell"]
+
+            measure_until_decided(budget, measure, undecided)
+            outcomes[shift].append(last["d"].status)
+    assert outcomes[0.0].count("regression") / 300 <= 0.02
+    assert outcomes[0.0].count("pass") / 300 >= 0.95
+    assert outcomes[0.10].count("regression") / 300 >= 0.99
+
+
+def test_paired_gate_needs_three_blocks() -> None:
+    assert judge_paired([0.5, 0.6], +1, FLOOR, 10).status == "inconclusive"
+
+
+def test_bound_invariant_three_ways() -> None:
+    above = np.log([1.20, 1.25, 1.18, 1.22, 1.21])
+    assert judge_bound(above, 1.05).status == "pass"
+    equal = np.log([1.00, 1.02, 0.98, 1.01, 0.99])  # e.g. the torch copy forced into the buffer arm
+    assert judge_bound(equal, 1.05).status == "regression"
+    straddle = np.log([1.10, 0.98, 1.12, 1.0, 1.07])
+    d = judge_bound(straddle, 1.05)
+    assert d.status == "inconclusive"
+    assert "straddles the bound 1.05x" in d.reason
+
+
+def test_scales() -> None:
+    assert LOG.text(math.log(1.1)) == "+10.0%"
+    assert LINEAR.text(0.5, "opens/img") == "+0.5 opens/img"
+    with pytest.raises(ValueError, match="linear scale"):
+        LOG.forward([1.0, 0.0])
+    assert LOG.size(0.1) == pytest.approx(math.log(1.1))
+
+
+def test_budget_validation_and_looks() -> None:
+    assert Budget(5, 2, 11).looks == 4
+    assert Budget.fixed(5).looks == 1
+    with pytest.raises(Exception, match="initial <= maximum"):
+        Budget(6, 1, 5)
