@@ -3,7 +3,8 @@
 SGLang calls ``load()`` in the HTTP server and in every scheduler (spawned processes do not inherit
 in-memory patches, so this is the only way in). It does nothing unless ``PERF_ARMS_PROOF_DIR`` is set.
 Then it installs the copy arm (``PERF_ARMS_COPY``: torch | buffer) where ``wrap_shm_features`` runs, counts
-IPC handle opens and rebuild time in schedulers, and writes a per-process proof JSON into the directory
+IPC handle opens and rebuild time in schedulers, applies the named patches of ``PERF_ARMS_PATCH`` (known
+slowdowns for proving the gates, ``patches.py``), and writes a per-process proof JSON into the directory
 (``engine.proof`` reads it back).
 """
 
@@ -32,6 +33,7 @@ def load(*_args: Any, **_kwargs: Any) -> None:
     directory = os.environ.get(PROOF_DIR_ENV, "")
     if not directory or _RECORDER is not None:
         return
+    from engine_fixtures.sglang_plugin import patches
     from engine_fixtures.sglang_plugin.arms import install_copy_arm, install_ipc_probe
     from engine_fixtures.sglang_plugin.recorder import Recorder, process_title, role_of
 
@@ -46,6 +48,10 @@ def load(*_args: Any, **_kwargs: Any) -> None:
             install_copy_arm(rec, requested["copy"])
         if role != "detokenizer" and requested["transport"] == "cuda_ipc":
             install_ipc_probe(rec)
+        named = os.environ.get(patches.PATCH_ENV, "")
+        if named:
+            rec.installed["patches_requested"] = named
+            patches.install(rec, role, patches.parse(named))
     except Exception as exc:  # never break the engine; the proof carries the failure
         rec.errors.append(f"install failed: {exc!r}")
     rec.start()

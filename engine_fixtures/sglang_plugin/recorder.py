@@ -38,6 +38,12 @@ def role_of(title: str) -> str:
     return "http_server"
 
 
+def _patch_magnitudes() -> dict[str, float]:
+    from engine_fixtures.sglang_plugin.patches import magnitudes
+
+    return magnitudes()
+
+
 class Recorder:
     """Thread-safe counters plus the periodic writer for one process."""
 
@@ -77,6 +83,7 @@ class Recorder:
                 "requested": dict(self.requested),
                 "installed": dict(self.installed),
                 "counters": dict(self.counters),
+                "patch_ms_now": _patch_magnitudes(),
                 "errors": list(self.errors),
                 "flush_seq": self._flush_seq,
                 "written_at": time.time(),
@@ -99,7 +106,10 @@ class Recorder:
             return 0
 
     def _loop(self) -> None:
+        from engine_fixtures.sglang_plugin.patches import refresh
+
         while not self._stop.wait(self.interval_s):
+            refresh(self.directory)
             seq = self._requested_seq()
             with self._lock:
                 self._flush_seq = max(self._flush_seq, seq)

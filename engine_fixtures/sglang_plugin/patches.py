@@ -1,0 +1,117 @@
+"""Named patches: slowdowns of a known size that a reference or candidate build can carry, to prove the gates.
+
+A build names them in ``PERF_ARMS_PATCH`` (``--perf-reference patch:slow-scheduler=0.3``):
+``NAME=MS[,NAME=MS...]``. Each busy-waits ``MS`` milliseconds of CPU (a spin, not a sleep: a real CPU
+regression burns the process's time and quota) at one place in SGLang:
+
+- ``slow-scheduler``: every ``Scheduler.run_batch`` call, i.e. every prefill or decode step of every
+  scheduler process: TPOT grows by about ``MS`` while the step is CPU-bound.
+- ``slow-tokenizer``: every ``TokenizerManager._send_one_request`` call in the HTTP server process, on its
+  event loop: TTFT grows, and under a CPU quota so does the tokenizer manager's CPU per request.
+
+The magnitude can be changed while the engine runs: the fixture writes ``{"slow-scheduler": 0.5}`` to
+``<PERF_ARMS_PROOF_DIR>/patch.json`` and every process picks it up within one proof interval. Each call is
+counted in the proof (``patch_calls.<name>``, ``patch_ms.<name>``), so a patch that did not take shows.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import json
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+PATCH_ENV = "PERF_ARMS_PATCH"
+PATCH_FILE = "patch.json"
+TARGETS: Mapping[str, tuple[str, str, str]] = {
+    # name: (module, class, method)
+    "slow-scheduler": ("sglang.srt.managers.scheduler", "Scheduler", "run_batch"),
+    "slow-tokenizer": ("sglang.srt.managers.tokenizer_manager", "TokenizerManager", "_send_one_request"),
+}
+ROLES = {"slow-scheduler": "scheduler", "slow-tokenizer": "http_server"}
+_MAGNITUDE_MS: dict[str, float] = {}
+
+
+def parse(text: str) -> dict[str, float]:
+    """``"slow-scheduler=0.3,slow-tokenizer=2"`` -> ``{name: ms}``; ValueError names the known patches."""
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, ms = part.partition("=")
+        if name not in TARGETS:
+            raise ValueError(f"unknown patch {name!r}: known patches are {', '.join(sorted(TARGETS))}")
+        try:
+            value = float(ms) if ms else 0.0
+        except ValueError:
+            raise ValueError(f"patch {name!r}: milliseconds must be a number, got {ms!r}") from None
+        if value < 0:
+            raise ValueError(f"patch {name!r}: milliseconds must be >= 0, got {value}")
+        out[name] = value
+    return out
+
+
+def spin(ms: float) -> None:
+    """Burn ``ms`` milliseconds of this thread's CPU time (wall clock while it is not descheduled)."""
+    if ms <= 0:
+        return
+    end = time.perf_counter() + ms / 1000.0
+    while time.perf_counter() < end:
+        pass
+
+
+def _wrap(fn: Callable[..., Any], name: str, rec: Any) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def slowed_async(*args: Any, **kwargs: Any) -> Any:
+            ms = _MAGNITUDE_MS.get(name, 0.0)
+            spin(ms)
+            rec.add(f"patch_calls.{name}")
+            rec.add(f"patch_ms.{name}", ms)
+            return await fn(*args, **kwargs)
+
+        return slowed_async
+
+    @functools.wraps(fn)
+    def slowed(*args: Any, **kwargs: Any) -> Any:
+        ms = _MAGNITUDE_MS.get(name, 0.0)
+        spin(ms)
+        rec.add(f"patch_calls.{name}")
+        rec.add(f"patch_ms.{name}", ms)
+        return fn(*args, **kwargs)
+
+    return slowed
+
+
+def install(rec: Any, role: str, requested: Mapping[str, float]) -> None:
+    """Install the requested patches that belong to this process's ``role``; failures go into the proof."""
+    for name, ms in requested.items():
+        if ROLES[name] != role:
+            continue
+        module, cls_name, method = TARGETS[name]
+        try:
+            cls = getattr(importlib.import_module(module), cls_name)
+            original = cls.__dict__[method]
+        except Exception as exc:
+            rec.errors.append(f"patch {name}: cannot find {module}.{cls_name}.{method}: {exc!r}")
+            continue
+        _MAGNITUDE_MS[name] = ms
+        setattr(cls, method, _wrap(original, name, rec))
+        rec.installed[f"patch:{name}"] = f"{module}.{cls_name}.{method} +{ms:g} ms"
+
+
+def refresh(directory: Path) -> None:
+    """Apply a magnitude change written to ``<directory>/patch.json`` (called by the proof thread)."""
+    try:
+        data = json.loads((directory / PATCH_FILE).read_text())
+    except (OSError, ValueError):
+        return
+    for name, ms in data.items():
+        if name in _MAGNITUDE_MS and isinstance(ms, (int, float)) and ms >= 0:
+            _MAGNITUDE_MS[name] = float(ms)
+
+
+def magnitudes() -> dict[str, float]:
+    return dict(_MAGNITUDE_MS)

@@ -1,0 +1,88 @@
+"""Named patches (known slowdowns a build can carry): parsing, installation by role, live magnitude, proof."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from engine_fixtures.sglang_plugin import patches
+from engine_fixtures.sglang_plugin.recorder import Recorder
+
+
+class FakeScheduler:
+    def run_batch(self, batch: int) -> int:
+        return batch + 1
+
+
+class FakeTokenizerManager:
+    async def _send_one_request(self, obj: str) -> str:
+        return obj.upper()
+
+
+@pytest.fixture
+def fake_sglang(monkeypatch: pytest.MonkeyPatch):
+    sched = types.ModuleType("fake_sched")
+    sched.Scheduler = type("Scheduler", (FakeScheduler,), {"run_batch": FakeScheduler.run_batch})
+    tok = types.ModuleType("fake_tok")
+    tok.TokenizerManager = type("TokenizerManager", (FakeTokenizerManager,),
+                                {"_send_one_request": FakeTokenizerManager._send_one_request})
+    monkeypatch.setitem(sys.modules, "fake_sched", sched)
+    monkeypatch.setitem(sys.modules, "fake_tok", tok)
+    monkeypatch.setattr(patches, "TARGETS", {"slow-scheduler": ("fake_sched", "Scheduler", "run_batch"),
+                                             "slow-tokenizer": ("fake_tok", "TokenizerManager", "_send_one_request")})
+    monkeypatch.setattr(patches, "_MAGNITUDE_MS", {})
+    return sched, tok
+
+
+def test_parse_names_the_known_patches() -> None:
+    assert patches.parse("slow-scheduler=0.3, slow-tokenizer=2") == {"slow-scheduler": 0.3, "slow-tokenizer": 2.0}
+    with pytest.raises(ValueError, match="known patches are slow-scheduler, slow-tokenizer"):
+        patches.parse("slow-gpu=1")
+    with pytest.raises(ValueError, match="must be a number"):
+        patches.parse("slow-scheduler=fast")
+
+
+def test_spin_burns_cpu_not_sleep() -> None:
+    t0, c0 = time.perf_counter(), time.process_time()
+    patches.spin(30)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    assert wall >= 0.030
+    assert cpu >= 0.5 * wall  # a sleep would use ~0 CPU
+
+
+def test_install_only_in_its_role_counts_calls_and_follows_live_magnitude(fake_sglang, tmp_path: Path) -> None:
+    sched, tok = fake_sglang
+    rec = Recorder(tmp_path, {})
+    patches.install(rec, "scheduler", {"slow-scheduler": 5.0, "slow-tokenizer": 5.0})
+    assert "patch:slow-scheduler" in rec.installed and "patch:slow-tokenizer" not in rec.installed
+    t0 = time.perf_counter()
+    assert sched.Scheduler().run_batch(1) == 2
+    assert time.perf_counter() - t0 >= 0.005
+    assert rec.counters == {"patch_calls.slow-scheduler": 1.0, "patch_ms.slow-scheduler": 5.0}
+    (tmp_path / patches.PATCH_FILE).write_text(json.dumps({"slow-scheduler": 0.0}))
+    patches.refresh(tmp_path)
+    assert patches.magnitudes() == {"slow-scheduler": 0.0}
+    sched.Scheduler().run_batch(1)
+    assert rec.counters["patch_ms.slow-scheduler"] == 5.0  # the second call added 0 ms
+
+
+def test_async_method_stays_async(fake_sglang, tmp_path: Path) -> None:
+    _, tok = fake_sglang
+    rec = Recorder(tmp_path, {})
+    patches.install(rec, "http_server", {"slow-tokenizer": 1.0})
+    assert asyncio.run(tok.TokenizerManager()._send_one_request("a")) == "A"
+    assert rec.counters["patch_calls.slow-tokenizer"] == 1.0
+
+
+def test_a_missing_target_is_recorded_not_raised(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(patches, "TARGETS", {"slow-scheduler": ("no_such_module_xyz", "Scheduler", "run_batch")})
+    rec = Recorder(tmp_path, {})
+    patches.install(rec, "scheduler", {"slow-scheduler": 1.0})
+    assert rec.installed == {}
+    assert "cannot find no_such_module_xyz.Scheduler.run_batch" in rec.errors[0]
