@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 
 from engine_fixtures.errors import ConfigError
-from engine_fixtures.transport.shm import check_arm
+from engine_fixtures.mechbench.handles import MECH_ARMS
 
 PATCH = 14
 GRID = 28
@@ -37,7 +37,8 @@ def visible_cpus() -> int:
 
 @dataclass(frozen=True)
 class MechArm:
-    """One arm: copy arm, producer intra-op threads, CPU quota (None: none), resolution, concurrency."""
+    """One arm: copy arm (``torch``, ``buffer``, the ``control`` yardstick or SGLang's own ``sglang``), producer
+    intra-op threads, CPU quota (None: none), resolution, concurrency."""
 
     copy: str = "torch"
     threads: str = "cpus"
@@ -47,7 +48,8 @@ class MechArm:
     wait_policy: str = "default"  # "passive" sets OMP_WAIT_POLICY=PASSIVE in the producer
 
     def __post_init__(self) -> None:
-        check_arm(self.copy)
+        if self.copy not in MECH_ARMS:
+            raise ConfigError(f"unknown mechanism copy arm {self.copy!r}: use one of {', '.join(MECH_ARMS)}")
         if self.threads not in THREAD_ARMS:
             raise ConfigError(f"unknown thread arm {self.threads!r}: use one of {', '.join(THREAD_ARMS)}")
         if self.wait_policy not in ("default", "passive"):

@@ -12,6 +12,7 @@ from multiprocessing.connection import Listener
 
 import torch
 
+from engine_fixtures.mechbench import handles
 from engine_fixtures.mechbench.arms import AUTHKEY_ENV
 
 
@@ -31,7 +32,7 @@ def serve(address: str, authkey: bytes) -> None:
                     handle.materialize()
                     conn.send((rid, None))
                 except Exception as exc:
-                    handle.discard()
+                    handles.discard(handle)
                     conn.send((rid, f"{type(exc).__name__}: {exc}"))
 
 

@@ -37,8 +37,9 @@ import numpy as np
 import torch
 from PIL import Image
 
+from engine_fixtures.inject import spin
+from engine_fixtures.mechbench import handles
 from engine_fixtures.mechbench.arms import AUTHKEY_ENV, pixel_shape
-from engine_fixtures.transport.shm import ShmTensor
 
 MECH_PREFIX = "perf_mech_"
 
@@ -80,12 +81,13 @@ class Producer:
 
     def __init__(self, spec: dict, conn: Connection) -> None:
         self.copy = spec["copy"]
+        self.spin_ms = float(spec.get("spin_ms", 0.0))  # an injected slowdown (--perf-inject), else 0
         self.concurrency = int(spec["concurrency"])
         self.blobs = make_images(int(spec["resolution"]), int(spec.get("images", 4)), int(spec["seed"]))
         self.tensors = [build_pixel_values(b, int(spec["resolution"])) for b in self.blobs]
         self.conn = conn
         self.ids = itertools.count()
-        self.pending: dict[int, tuple[asyncio.Future, ShmTensor]] = {}
+        self.pending: dict[int, tuple[asyncio.Future, object]] = {}
         self.closed: str | None = None
         self.stage_ms: list[tuple[float, float]] = []  # per request: (decode + pixel write, SHM create) ms
 
@@ -103,7 +105,7 @@ class Producer:
             self.closed = f"consumer connection closed ({type(exc).__name__})"
             asyncio.get_running_loop().remove_reader(self.conn.fileno())
         for fut, handle in self.pending.values():
-            handle.discard()
+            handles.discard(handle)
             fut.set_result(self.closed)
         self.pending.clear()
 
@@ -116,8 +118,9 @@ class Producer:
         flat = self.tensors[k].view(-1).numpy()
         n = min(pixels.size, flat.size)
         flat[:n] = pixels[:n]
+        spin(self.spin_ms)
         t1 = time.perf_counter()
-        handle = ShmTensor.create(self.tensors[k], copy=self.copy, prefix=MECH_PREFIX)
+        handle = handles.create(self.tensors[k], self.copy, MECH_PREFIX)
         self.stage_ms.append(((t1 - t0) * 1000.0, (time.perf_counter() - t1) * 1000.0))
         rid = next(self.ids)
         fut = asyncio.get_running_loop().create_future()

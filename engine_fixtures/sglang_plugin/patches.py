@@ -20,10 +20,11 @@ import functools
 import importlib
 import inspect
 import json
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from engine_fixtures.inject import spin
 
 PATCH_ENV = "PERF_ARMS_PATCH"
 PATCH_FILE = "patch.json"
@@ -51,15 +52,6 @@ def parse(text: str) -> dict[str, float]:
             raise ValueError(f"patch {name!r}: milliseconds must be >= 0, got {value}")
         out[name] = value
     return out
-
-
-def spin(ms: float) -> None:
-    """Burn ``ms`` milliseconds of this thread's CPU time (wall clock while it is not descheduled)."""
-    if ms <= 0:
-        return
-    end = time.perf_counter() + ms / 1000.0
-    while time.perf_counter() < end:
-        pass
 
 
 def _wrap(fn: Callable[..., Any], name: str, rec: Any) -> Callable[..., Any]:

@@ -9,7 +9,10 @@ Contract:
   unlinks before re-raising.
 - Copy arms (``COPY_ARMS``): ``torch`` = ``torch.frombuffer(buf, uint8).copy_(bytes)`` (intra-op
   parallel, SGLang's line); ``buffer`` = ``buf[:n] = bytes.numpy()`` (one memcpy on the calling thread).
-  Both copy a flat ``uint8`` view, so every dtype works, including bfloat16 and float8.
+  ``control`` (``CONTROL_ARM``, not one of SGLang's arms) is the suite's frozen yardstick: one
+  ``ctypes.memmove`` on the calling thread, touched by neither arm's code, so the mechanism benchmark can
+  express each arm relative to it. All copy a flat ``uint8`` view, so every dtype works, including
+  bfloat16 and float8.
 - Inputs are detached, moved to CPU, conj/neg bits resolved and made contiguous first (a lazily
   conjugated complex tensor stays conjugated after ``.contiguous()`` and cannot be viewed as bytes;
   a tensor torch calls contiguous can still have a stride != 1 in a size-1 dim, e.g. ``zeros(2)[::2]``,
@@ -23,6 +26,7 @@ Contract:
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import secrets
@@ -37,6 +41,7 @@ import torch
 from engine_fixtures.errors import ConfigError
 
 COPY_ARMS: tuple[str, ...] = ("torch", "buffer")
+CONTROL_ARM = "control"
 SEGMENT_PREFIX = "perf_shm_"
 SHM_DIR = Path("/dev/shm")
 _NAME_RE = re.compile(r"^(?P<prefix>.+?)_(?P<pid>\d+)_[0-9a-f]{8}$")
@@ -65,13 +70,19 @@ def _copy_buffer(buf: memoryview, src: torch.Tensor) -> None:
     buf[: src.numel()] = src.numpy()
 
 
+def _copy_control(buf: memoryview, src: torch.Tensor) -> None:
+    dst = (ctypes.c_char * src.numel()).from_buffer(buf)
+    ctypes.memmove(dst, src.data_ptr(), src.numel())
+    del dst
+
+
 Copier = Callable[[memoryview, torch.Tensor], None]
-COPIERS: dict[str, Copier] = {"torch": _copy_torch, "buffer": _copy_buffer}
+COPIERS: dict[str, Copier] = {"torch": _copy_torch, "buffer": _copy_buffer, CONTROL_ARM: _copy_control}
 
 
 def check_arm(copy: str) -> str:
-    if copy not in COPY_ARMS:
-        raise ConfigError(f"unknown SHM copy arm {copy!r}: use one of {', '.join(COPY_ARMS)}")
+    if copy not in COPIERS:
+        raise ConfigError(f"unknown SHM copy arm {copy!r}: use one of {', '.join(COPIERS)}")
     return copy
 
 

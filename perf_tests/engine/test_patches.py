@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from engine_fixtures.inject import spin
 from engine_fixtures.sglang_plugin import patches
 from engine_fixtures.sglang_plugin.recorder import Recorder
 
@@ -50,7 +51,7 @@ def test_parse_names_the_known_patches() -> None:
 
 def test_spin_burns_cpu_not_sleep() -> None:
     t0, c0 = time.perf_counter(), time.process_time()
-    patches.spin(30)
+    spin(30)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     assert wall >= 0.030
     assert cpu >= 0.5 * wall  # a sleep would use ~0 CPU

@@ -44,6 +44,7 @@ def _sglang_skip() -> str | None:
 TRANSPORTS = (
     Transport("shm-torch", _shm("torch"), lambda: None),
     Transport("shm-buffer", _shm("buffer"), lambda: None),
+    Transport("shm-control", _shm("control"), lambda: None),
     Transport("sglang-torch", _sglang("torch"), _sglang_skip, (SGLANG_PREFIX,)),
     Transport("sglang-buffer", _sglang("buffer"), _sglang_skip, (SGLANG_PREFIX,)),
     Transport("cuda_ipc", cuda_ipc.share, cuda_ipc.skip_reason, ()),
