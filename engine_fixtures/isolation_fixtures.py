@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from engine_fixtures.cgroups import CpuQuota, probe_quota_support
-from engine_fixtures.leaks import LeakSnapshot, no_leaks
+from engine_fixtures.isolation.cgroups import CpuQuota, probe_quota_support
+from engine_fixtures.isolation.leaks import LeakSnapshot, no_leaks
 
 QuotaFactory = Callable[..., CpuQuota]
 

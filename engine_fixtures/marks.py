@@ -79,6 +79,6 @@ def cgroup_skip_reason(quota_setting: object, source: str) -> str | None:
     if quota_setting == "none":
         return (f"CPU quotas are disabled (--perf-cpu-quota none from {source}); this test measures under a "
                 "quota and is never run without one")
-    from engine_fixtures.cgroups import probe_quota_support
+    from engine_fixtures.isolation.cgroups import probe_quota_support
 
     return probe_quota_support()

@@ -20,14 +20,14 @@ from typing import Any
 
 import psutil
 
-from engine_fixtures import roles
-from engine_fixtures.cgroups import CpuQuota
 from engine_fixtures.engine.metrics import MetricsSnapshot, scrape
 from engine_fixtures.engine.proof import ArmProof, request_flush
 from engine_fixtures.engine.server_info import EffectiveConfig, fetch_server_info, http_json
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, LeakError, ProcessCrashed
-from engine_fixtures.process import (
+from engine_fixtures.isolation import roles
+from engine_fixtures.isolation.cgroups import CpuQuota
+from engine_fixtures.isolation.process import (
     LaunchSpec,
     StopReport,
     Supervised,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine_fixtures.cgroups import effective_cpu_quota
+from engine_fixtures.isolation.cgroups import effective_cpu_quota
 from engine_fixtures.machine import MachineInfo, cpu_model, machine_key, slug
 from engine_fixtures.sampling.gpu import GpuInfo
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine_fixtures.cgroups import CpuQuota
 from engine_fixtures.errors import ConfigError, ProcessCrashed, ProcessStartError
-from engine_fixtures.leaks import no_leaks
-from engine_fixtures.process import (
+from engine_fixtures.isolation.cgroups import CpuQuota
+from engine_fixtures.isolation.leaks import no_leaks
+from engine_fixtures.isolation.process import (
     LaunchSpec,
     Supervised,
     curated_env,

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
-from engine_fixtures.cgroups import CpuQuota, CpuStat
 from engine_fixtures.errors import ConfigError, MeasurementError
+from engine_fixtures.isolation.cgroups import CpuQuota, CpuStat
 from engine_fixtures.sampling.base import Sampler, SamplerSet
 from engine_fixtures.sampling.cgroup import CgroupSampler
 from engine_fixtures.sampling.cpu import CpuSampler

@@ -14,9 +14,10 @@ import psutil
 import pytest
 
 from engine_fixtures.errors import ConfigError, MeasurementError, ProcessCrashed
+from engine_fixtures.isolation.leaks import mapped_semaphores, semaphore_files
 from engine_fixtures.mechbench.arms import MechArm, pixel_shape
 from engine_fixtures.mechbench.producer import MECH_PREFIX
-from engine_fixtures.mechbench.rig import Rig, mapped_semaphores, semaphore_files
+from engine_fixtures.mechbench.rig import Rig
 from engine_fixtures.mechbench.runner import run_arms
 from engine_fixtures.transport.shm import list_segments
 

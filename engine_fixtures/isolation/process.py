@@ -38,7 +38,7 @@ from engine_fixtures.errors import (
 )
 
 if TYPE_CHECKING:
-    from engine_fixtures.cgroups import CpuQuota
+    from engine_fixtures.isolation.cgroups import CpuQuota
 
 TRACKER_GRACE_S = 5.0  # how long a resource tracker may take to clean up after its clients died
 PASSTHROUGH: tuple[str, ...] = (
@@ -324,4 +324,4 @@ def require_free_port(port: int, host: str = "127.0.0.1") -> None:
         pass
     who = f" by {', '.join(holders)}" if holders else ""
     raise ConfigError(f"port {port} on {host} is already in use{who}; stop that process or pick another port "
-                      f"(engine_fixtures.process.free_port() returns a free one)")
+                      f"(engine_fixtures.isolation.process.free_port() returns a free one)")
