@@ -29,7 +29,7 @@ import psutil
 from engine_fixtures.errors import LeakError
 from engine_fixtures.isolation.cgroup_mounts import CgroupMounts
 from engine_fixtures.isolation.cgroups import CREATED_HERE, PREFIX
-from engine_fixtures.isolation.process import sigkill_and_wait
+from engine_fixtures.isolation.signals import sigkill_and_wait
 
 SHM_DIR = Path("/dev/shm")
 

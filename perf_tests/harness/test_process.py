@@ -19,11 +19,11 @@ from engine_fixtures.isolation.process import (
     LaunchSpec,
     Supervised,
     curated_env,
-    describe_exit,
     free_port,
     port_in_use,
     require_free_port,
 )
+from engine_fixtures.isolation.signals import describe_exit
 
 PROC_TREE = Path(__file__).with_name("proc_tree.py")
 Starter = Callable[..., Supervised]
