@@ -17,7 +17,7 @@ from engine_fixtures.engine.factory import EngineFactory
 from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError
-from engine_fixtures.modeldir import check_model_dir, write_model_dir
+from engine_fixtures.model.modeldir import check_model_dir, write_model_dir
 from engine_fixtures.options import SETTINGS_KEY
 
 

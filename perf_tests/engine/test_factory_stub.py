@@ -11,7 +11,7 @@ from engine_fixtures.engine.factory import EngineFactory, cgroup_prefix
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.isolation.cgroups import probe_quota_support
 from engine_fixtures.isolation.leaks import LeakSnapshot
-from engine_fixtures.modeldir import write_model_dir
+from engine_fixtures.model.modeldir import write_model_dir
 
 STUB = ("-m", "perf_tests.engine.stub_engine")
 
