@@ -59,7 +59,7 @@ def engine_skip_reason() -> str | None:
 
 def gpu_skip_reason(count: int = 1) -> str | None:
     """Why COUNT GPUs are not usable here, or None. Uses NVML, never initialises CUDA in pytest."""
-    from engine_fixtures.sampling.gpu import gpu_inventory
+    from engine_fixtures.nvml import gpu_inventory
 
     inventory = gpu_inventory()
     if isinstance(inventory, str):
