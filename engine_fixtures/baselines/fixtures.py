@@ -20,14 +20,14 @@ from dataclasses import replace
 
 import pytest
 
-from engine_fixtures.baselines.gate import Verdict, judge, judge_ratio
-from engine_fixtures.baselines.metrics import metric
-from engine_fixtures.baselines.report import rows_for, terminal_table
-from engine_fixtures.baselines.results import RunResult
-from engine_fixtures.baselines.session import PerfSession, get_session
-from engine_fixtures.baselines.store import MissingBaseline
 from engine_fixtures.errors import ConfigError
+from engine_fixtures.judge.gate import Verdict, judge, judge_ratio
+from engine_fixtures.judge.metrics import metric
 from engine_fixtures.options import resolve
+from engine_fixtures.report.session import PerfSession, get_session
+from engine_fixtures.report.table import rows_for, terminal_table
+from engine_fixtures.store.baselines import MissingBaseline
+from engine_fixtures.store.results import RunResult
 
 
 def marker_tolerance(item: pytest.Item, default: float | None) -> float | None:

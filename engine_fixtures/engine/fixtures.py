@@ -35,7 +35,7 @@ def perf_model_dir(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPat
 def engine_factory(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineFactory]:
     """Starts or reuses engines keyed by spec; stops all of them at session end (leak-checked)."""
     settings = pytestconfig.stash[SETTINGS_KEY]
-    from engine_fixtures.baselines.session import get_session
+    from engine_fixtures.report.session import get_session
 
     session = get_session(pytestconfig)
     factory = EngineFactory(tmp_path_factory.mktemp("engines"), settings.engine_timeout,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine_fixtures.baselines.metrics import METRICS
 from engine_fixtures.errors import MeasurementError
+from engine_fixtures.judge.metrics import METRICS
 from engine_fixtures.loadgen import LoadError, Percentiles, RequestError, RequestRecord, WorkloadSpec
 from engine_fixtures.loadgen.arrivals import poisson_arrivals
 from engine_fixtures.loadgen.client import RawRun

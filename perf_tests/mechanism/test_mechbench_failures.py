@@ -112,7 +112,7 @@ def test_mapped_semaphores_sees_a_live_multiprocessing_lock() -> None:
 
 
 def test_run_arms_small_result_uses_registered_metrics() -> None:
-    from engine_fixtures.baselines.metrics import metric
+    from engine_fixtures.judge.metrics import metric
 
     (result,) = run_arms([SMALL], repeats=1, warmup=0, requests=2)
     assert result.scenario == "mech/copy=torch/threads=cpus/quota=0.5/res=256/c=2"
