@@ -1,20 +1,130 @@
-"""The suite's fixtures, as a pytest plugin module. Each fixture lives next to its concern and is
-re-exported here so pytest finds it through the ``pytest11`` entry point."""
+"""Every pytest fixture of the suite, as thin glue over the library (the ``perf_fixtures`` pytest11 plugin).
+
+Settings and isolation:
+- ``perf_settings`` (session): the resolved ``--perf-*`` options (frozen ``options.Settings``).
+- ``cgroup_support`` (session): None if CPU quotas work here, else the reason (fact and fix).
+- ``cpu_quota_factory``: ``make(cores, *, name=..., root=...) -> CpuQuota`` returns an *entered* sandbox;
+  every one is closed (processes killed, cgroup removed) at teardown, also when the test failed. Skips
+  with the probe reason where quotas are impossible.
+- ``leak_check``: fails the test if it leaked a /dev/shm segment, a descendant process or a ``perf-*``
+  cgroup (what leaked is cleaned up).
+
+Engine:
+- ``perf_model_dir`` (session): ``--perf-model`` if given (validated), else a generated dummy-weight dir.
+- ``engine_factory`` (session): starts or reuses engines by ``EngineSpec.key``; stops all of them at
+  session end (leak-checked).
+- ``engine``: parametrised indirectly, ``@pytest.mark.parametrize("engine", [spec_or_overrides],
+  indirect=True)``, where the parameter is an ``EngineSpec`` or a dict of its fields (``model`` defaults
+  to ``perf_model_dir``, ``gpus`` to ``--perf-gpus``); see ``engine.params``.
+
+Judging:
+- ``perf_record(result) -> list[Verdict]``: records and judges a ``RunResult`` against this machine's
+  baseline (``judge.recorder.PerfRecorder``).
+- ``perf_invariant(metric, reference, current, min_ratio, label="") -> Verdict``: a cross-arm invariant.
+"""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
 import pytest
 
-from engine_fixtures.baselines.fixtures import perf_invariant, perf_record
-from engine_fixtures.engine.fixtures import engine, engine_factory, perf_model_dir
-from engine_fixtures.isolation_fixtures import cgroup_support, cpu_quota_factory, leak_check
+from engine_fixtures.engine.factory import EngineFactory
+from engine_fixtures.engine.handle import EngineHandle
+from engine_fixtures.engine.params import apply_quota_setting, spec_from_param
+from engine_fixtures.engine.spec import EngineSpec
+from engine_fixtures.errors import ConfigError
+from engine_fixtures.isolation.cgroups import CpuQuota, probe_quota_support
+from engine_fixtures.isolation.leaks import LeakSnapshot, no_leaks
+from engine_fixtures.judge.recorder import PerfRecorder
+from engine_fixtures.model.modeldir import check_model_dir, write_model_dir
 from engine_fixtures.options import SETTINGS_KEY, Settings
+from engine_fixtures.report.session import get_session
 
-__all__ = ["cgroup_support", "cpu_quota_factory", "engine", "engine_factory", "leak_check", "perf_invariant",
-           "perf_model_dir", "perf_record", "perf_settings"]
+QuotaFactory = Callable[..., CpuQuota]
 
 
 @pytest.fixture(scope="session")
 def perf_settings(pytestconfig: pytest.Config) -> Settings:
     """The session's resolved ``--perf-*`` options (frozen)."""
     return pytestconfig.stash[SETTINGS_KEY]
+
+
+# ---------------------------------------------------------------------------------------------- isolation
+@pytest.fixture(scope="session")
+def cgroup_support() -> str | None:
+    """Why CPU quotas cannot be applied here, or None (probed once per session)."""
+    return probe_quota_support()
+
+
+@pytest.fixture
+def cpu_quota_factory(cgroup_support: str | None) -> Iterator[QuotaFactory]:
+    """Make entered ``CpuQuota`` sandboxes that are all torn down after the test."""
+    if cgroup_support is not None:
+        pytest.skip(cgroup_support)
+    with contextlib.ExitStack() as stack:
+
+        def make(cores: float | None, *, name: str = "perf", root: Path | None = None) -> CpuQuota:
+            return stack.enter_context(CpuQuota(cores, name=name, root=root))
+
+        yield make
+
+
+@pytest.fixture
+def leak_check() -> Iterator[LeakSnapshot]:
+    """Fail the test (at teardown) if it leaked a /dev/shm segment, a descendant or a ``perf-*`` cgroup;
+    what leaked is cleaned up. Request it before other fixtures so their teardown runs first."""
+    with no_leaks() as before:
+        yield before
+
+
+# ---------------------------------------------------------------------------------------------- engine
+@pytest.fixture(scope="session")
+def perf_model_dir(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``--perf-model`` if given (validated), else a generated dummy-weight dir of ``--perf-model-shape``."""
+    settings = pytestconfig.stash[SETTINGS_KEY]
+    if settings.model is not None:
+        check_model_dir(Path(settings.model))
+        return Path(settings.model)
+    return write_model_dir(tmp_path_factory.mktemp("models") / f"qwen-{settings.model_shape}", settings.model_shape)
+
+
+@pytest.fixture(scope="session")
+def engine_factory(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineFactory]:
+    """Starts or reuses engines keyed by spec; stops all of them at session end (leak-checked)."""
+    settings = pytestconfig.stash[SETTINGS_KEY]
+    session = get_session(pytestconfig)
+    factory = EngineFactory(tmp_path_factory.mktemp("engines"), settings.engine_timeout,
+                            on_finding=session.findings.append)
+    try:
+        yield factory
+    finally:
+        factory.close()
+
+
+@pytest.fixture
+def engine(request: pytest.FixtureRequest, engine_factory: EngineFactory) -> EngineHandle:
+    """A ready engine for the test's parameter (shared with other tests asking for the same spec)."""
+    param = getattr(request, "param", None)
+    if param is None:
+        raise ConfigError("the engine fixture must be parametrised indirectly with an EngineSpec")
+    settings = request.config.stash[SETTINGS_KEY]
+    needs_model = not isinstance(param, EngineSpec) and "model" not in param
+    model = request.getfixturevalue("perf_model_dir") if needs_model else Path()
+    spec = spec_from_param(param, model, settings.gpus)
+    return engine_factory.get(apply_quota_setting(spec, settings.cpu_quota, settings.sources["cpu_quota"]))
+
+
+# ---------------------------------------------------------------------------------------------- judging
+@pytest.fixture
+def perf_record(request: pytest.FixtureRequest) -> PerfRecorder:
+    """Judge a ``RunResult`` against this machine's baseline; see ``judge.recorder``."""
+    return PerfRecorder(get_session(request.config), request.node)
+
+
+@pytest.fixture
+def perf_invariant(perf_record: PerfRecorder) -> object:
+    """``perf_invariant(metric, reference, current, min_ratio, label="") -> Verdict``."""
+    return perf_record.ratio

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from engine_fixtures.cgroups import effective_cpu_quota
-from engine_fixtures.sampling.gpu import GpuInfo, gpu_inventory
+from engine_fixtures.isolation.cgroups import effective_cpu_quota
+from engine_fixtures.nvml import GpuInfo, gpu_inventory
 
 MAX_SLUG = 48
 _NOISE = (

@@ -59,7 +59,7 @@ def engine_skip_reason() -> str | None:
 
 def gpu_skip_reason(count: int = 1) -> str | None:
     """Why COUNT GPUs are not usable here, or None. Uses NVML, never initialises CUDA in pytest."""
-    from engine_fixtures.sampling.gpu import gpu_inventory
+    from engine_fixtures.nvml import gpu_inventory
 
     inventory = gpu_inventory()
     if isinstance(inventory, str):
@@ -79,6 +79,6 @@ def cgroup_skip_reason(quota_setting: object, source: str) -> str | None:
     if quota_setting == "none":
         return (f"CPU quotas are disabled (--perf-cpu-quota none from {source}); this test measures under a "
                 "quota and is never run without one")
-    from engine_fixtures.cgroups import probe_quota_support
+    from engine_fixtures.isolation.cgroups import probe_quota_support
 
     return probe_quota_support()

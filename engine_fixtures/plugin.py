@@ -6,8 +6,9 @@ from collections.abc import Generator
 
 import pytest
 
-from engine_fixtures import marks, options, report_sections
+from engine_fixtures import marks, options
 from engine_fixtures.errors import PerfError
+from engine_fixtures.report import sections
 
 _MACHINE_KEY = pytest.StashKey[object]()
 _SKIP_CACHE_KEY = pytest.StashKey[dict[tuple[str, object], str | None]]()
@@ -31,8 +32,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SKIP_CACHE_KEY] = {}
 
 
-    from engine_fixtures.baselines.session import install_session
     from engine_fixtures.machine import MachineInfo
+    from engine_fixtures.report.session import install_session
 
     machine = MachineInfo.collect()
     config.stash[_MACHINE_KEY] = machine
@@ -86,6 +87,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, object, object]:
     report = yield
     if getattr(report, "failed", False):
-        for title, text in report_sections.sections_for(item):
+        for title, text in sections.sections_for(item):
             report.sections.append((title, text))
     return report

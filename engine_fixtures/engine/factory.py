@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine_fixtures.cgroups import PREFIX
 from engine_fixtures.engine.handle import EngineHandle, start_engine
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ProcessCrashed
-from engine_fixtures.leaks import Leaks, LeakSnapshot
+from engine_fixtures.isolation.cgroups import PREFIX
+from engine_fixtures.isolation.leaks import Leaks, LeakSnapshot
 
 # /dev/shm names SGLang 0.5.16 and its libraries leave behind after a clean SIGTERM stop (seen on the H200 with
 # cuda_ipc: the IPC pool's sync flags, torch's shared-CUDA ref counters, CUDA's IPC shm, the loads snapshot,

@@ -1,10 +1,11 @@
 """Start one engine (SGLang or any command with SGLang's HTTP surface) and hand out an ``EngineHandle``.
 
-Contract of ``start_engine``: the model path is checked first (ConfigError naming the fix), the port is
-free (ConfigError naming who holds it), the engine starts in a new session inside ``CpuQuota(spec.cpu_quota)``
-when a quota is set, and is ready when ``/health`` answers 200 within ``deadline_s``; an early exit or a
-missed deadline raises ProcessStartError with the exit status and the log tail, after everything started
-was stopped again (processes, cgroup). ``EngineHandle.stop()`` is idempotent.
+Contract of ``start_engine``: the model directory is checked first (``model.modeldir.check_model_dir``:
+ConfigError naming the fix), the port is free (ConfigError naming who holds it), the engine starts in a new
+session inside ``CpuQuota(spec.cpu_quota)`` when a quota is set, and is ready when ``/health`` answers 200
+within ``deadline_s``; an early exit or a missed deadline raises ProcessStartError with the exit status and
+the log tail, after everything started was stopped again (processes, cgroup). ``EngineHandle.stop()`` is
+idempotent.
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ from typing import Any
 
 import psutil
 
-from engine_fixtures import roles
-from engine_fixtures.cgroups import CpuQuota
 from engine_fixtures.engine.metrics import MetricsSnapshot, scrape
 from engine_fixtures.engine.proof import ArmProof, request_flush
 from engine_fixtures.engine.server_info import EffectiveConfig, fetch_server_info, http_json
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, LeakError, ProcessCrashed
-from engine_fixtures.process import (
+from engine_fixtures.isolation import roles
+from engine_fixtures.isolation.cgroups import CpuQuota
+from engine_fixtures.isolation.process import (
     LaunchSpec,
     StopReport,
     Supervised,
@@ -35,6 +36,7 @@ from engine_fixtures.process import (
     free_port,
     require_free_port,
 )
+from engine_fixtures.model.modeldir import check_model_dir
 from engine_fixtures.sglang_plugin import PROOF_DIR_ENV
 from engine_fixtures.sglang_plugin.distinfo import GROUP, TARGET, write_dist_info
 
@@ -48,20 +50,6 @@ def sglang_version() -> str | None:
         return metadata.version("sglang")
     except metadata.PackageNotFoundError:
         return None
-
-
-def check_model_dir(model: Path) -> None:
-    """ConfigError unless ``model`` is a local directory with a config.json."""
-    if not model.is_dir():
-        raise ConfigError(
-            f"model path {model} does not exist or is not a directory; generate a dummy-weight one "
-            f"with `python -m engine_fixtures.modeldir --shape tiny {model}` or pass --perf-model DIR"
-        )
-    if not (model / "config.json").is_file():
-        raise ConfigError(
-            f"model path {model} has no config.json; point --perf-model at a Hugging Face model "
-            "directory or generate one with `python -m engine_fixtures.modeldir`"
-        )
 
 
 def _plugin_installed() -> bool:

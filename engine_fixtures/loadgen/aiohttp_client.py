@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 
+from engine_fixtures.loadgen.arrivals import poisson_arrivals
 from engine_fixtures.loadgen.spec import WorkloadSpec
 from engine_fixtures.loadgen.sse import SseError, SseParser
 
@@ -28,8 +29,6 @@ class AiohttpDriver:
         self.bodies = bodies
 
     async def run(self, rows: list[tuple[Any, ...]], counter: Any, exhausted: list[float]) -> None:
-        from engine_fixtures.loadgen.client import poisson_arrivals
-
         spec, url, bodies = self.spec, self.url, self.bodies
         connector = aiohttp.TCPConnector(
             limit=spec.concurrency or 0, limit_per_host=0, keepalive_timeout=300, ttl_dns_cache=None

@@ -24,8 +24,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from engine_fixtures.loadgen.records import RequestError, RequestRecord
 from engine_fixtures.loadgen.spec import WorkloadSpec
 
@@ -53,13 +51,6 @@ class _Counter:
     """Stand-in for the shared progress counter when none is given."""
 
     value = 0
-
-
-def poisson_arrivals(rate: float, count: int, seed: int) -> np.ndarray:
-    """Seeded arrival offsets in seconds (exponential gaps, first arrival at 0)."""
-    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=count)
-    gaps[0] = 0.0
-    return np.cumsum(gaps)
 
 
 async def run_client(url: str, spec: WorkloadSpec, bodies: Sequence[bytes], counter: Any = None) -> RawRun:

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engine_fixtures.errors import ConfigError
+from engine_fixtures.loadgen.arrivals import poisson_arrivals
 from engine_fixtures.loadgen.fast_http import FastConnection, Row, request_head
 from engine_fixtures.loadgen.spec import WorkloadSpec
 
@@ -61,8 +62,6 @@ class FastDriver:
                 conn.close()
 
     async def _arrivals(self) -> None:
-        from engine_fixtures.loadgen.client import poisson_arrivals
-
         spec = self.spec
         assert spec.request_rate is not None
         arrivals = poisson_arrivals(spec.request_rate, spec.total_requests, spec.seed)

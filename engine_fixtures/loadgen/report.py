@@ -50,7 +50,7 @@ class LoadReport:
     clock_origin: float = 0.0
 
     def to_samples(self) -> dict[str, float]:
-        """Metric name (exactly as in ``baselines.metrics.METRICS``) -> value for this run. TPOT/ITL are
+        """Metric name (exactly as in ``judge.metrics.METRICS``) -> value for this run. TPOT/ITL are
         left out when every response had a single token; richer figures stay on the report itself."""
         out = {
             "requests_per_s": self.requests_per_s,

@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from engine_fixtures.cgroups import CpuQuota
 from engine_fixtures.errors import MeasurementError, ProcessCrashed
+from engine_fixtures.isolation.cgroups import CpuQuota
 from engine_fixtures.transport.shm import COPY_ARMS, ShmTensor, sweep_stale
 
 MB = 1_000_000

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from engine_fixtures.cgroups import CpuQuota
 from engine_fixtures.errors import MeasurementError, ProcessCrashed, ProcessStartError
+from engine_fixtures.isolation.cgroups import CpuQuota
+from engine_fixtures.isolation.leaks import mapped_semaphores
 from engine_fixtures.mechbench.arms import AUTHKEY_ENV, MechArm
 from engine_fixtures.sampling.cgroup import CgroupSampler
 from engine_fixtures.sampling.cpu import CpuSampler
@@ -40,33 +41,6 @@ def log_tail(path: Path, lines: int = 15) -> str:
     except FileNotFoundError:
         return "(no log)"
     return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
-
-
-def mapped_semaphores(pids: tuple[int, ...]) -> frozenset[int]:
-    """Inodes of the POSIX named semaphores (``/dev/shm/sem.*``) mapped by ``pids`` (gone pids skipped).
-
-    Inodes, not names: glibc's ``sem_open`` maps a temporary ``sem.XXXXXX`` and links it to the final
-    name, so /proc/PID/maps shows ``/dev/shm/sem.XXXXXX (deleted)`` for a live ``sem.mp-*``."""
-    inodes: set[int] = set()
-    for pid in pids:
-        try:
-            maps = Path(f"/proc/{pid}/maps").read_text()
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        for line in maps.splitlines():
-            fields = line.split(maxsplit=5)
-            if len(fields) == 6 and fields[5].startswith("/dev/shm/sem."):
-                inodes.add(int(fields[4]))
-    return frozenset(inodes)
-
-
-def semaphore_files(inodes: frozenset[int] | set[int]) -> list[str]:
-    """The ``/dev/shm/sem.*`` files that are one of ``inodes``."""
-    found = []
-    for entry in os.scandir("/dev/shm"):
-        if entry.name.startswith("sem.") and entry.inode() in inodes:
-            found.append(entry.name)
-    return sorted(found)
 
 
 @dataclass

@@ -17,13 +17,13 @@ import tempfile
 from contextlib import ExitStack
 from statistics import median
 
-from engine_fixtures.baselines.results import RunResult
-from engine_fixtures.cgroups import PREFIX
 from engine_fixtures.errors import ConfigError, LeakError
-from engine_fixtures.leaks import Leaks, LeakSnapshot
+from engine_fixtures.isolation.cgroups import PREFIX
+from engine_fixtures.isolation.leaks import Leaks, LeakSnapshot, semaphore_files
 from engine_fixtures.mechbench.arms import MechArm, pixel_shape, visible_cpus
 from engine_fixtures.mechbench.producer import MECH_PREFIX
-from engine_fixtures.mechbench.rig import Rig, semaphore_files
+from engine_fixtures.mechbench.rig import Rig
+from engine_fixtures.store.results import RunResult
 
 CGROUP_NAME = f"mech-{os.getpid()}"  # cgroups perf-mech-<pid>-<uuid>: this process's own
 

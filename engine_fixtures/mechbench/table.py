@@ -20,9 +20,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from engine_fixtures.baselines.results import RunResult
 from engine_fixtures.mechbench.arms import MechArm, visible_cpus
 from engine_fixtures.mechbench.runner import run_arms
+from engine_fixtures.store.results import RunResult
 
 
 def ratio_spread(num: Sequence[float], den: Sequence[float]) -> tuple[float, float, float]:

@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
-from engine_fixtures.cgroups import CpuQuota, CpuStat
 from engine_fixtures.errors import ConfigError, MeasurementError, PerfError
+from engine_fixtures.isolation.cgroups import CpuQuota, CpuStat
 from engine_fixtures.sampling.base import require_closed
 
 

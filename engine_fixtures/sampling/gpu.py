@@ -1,105 +1,25 @@
 """NVIDIA GPU metrics through NVML (nvidia-ml-py): utilisation, memory, SM clock, power, per-process memory.
 
 NVML talks to the driver only; it never creates a CUDA context, so using it here does not initialise
-CUDA in the test process. Where NVML cannot be loaded, ``available()`` / ``gpu_inventory()`` return
-the reason as a fact and no GPU number is produced. GPU indices are NVML's (as ``nvidia-smi`` shows).
+CUDA in the test process. Where NVML cannot be loaded, ``available()`` returns the reason as a fact and
+no GPU number is produced. GPU indices are NVML's (as ``nvidia-smi`` shows). The inventory of GPUs and
+NVML's session live in ``engine_fixtures.nvml``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 
 import numpy as np
 import pynvml
 
 from engine_fixtures.errors import ConfigError
+from engine_fixtures.nvml import MIB, NOT_COLLECTED, nvml_session, unavailable_reason
 from engine_fixtures.sampling.base import TickedWindow, Ticker, require_closed
 
 PidsFn = Callable[[], Mapping[str, Sequence[int]] | Sequence[int]]
-_MIB = 1024 * 1024
-_NOT_COLLECTED = "GPU metrics are not collected"
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    """One GPU as NVML reports it."""
-
-    index: int
-    name: str
-    memory_total_mib: float
-    driver: str
-    uuid: str
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _reason(exc: pynvml.NVMLError) -> str:
-    if isinstance(exc, pynvml.NVMLError_LibraryNotFound):
-        fact = "libnvidia-ml.so.1 not found (NVIDIA driver not installed)"
-        return f"NVML not available: {fact}; {_NOT_COLLECTED}"
-    if isinstance(exc, pynvml.NVMLError_DriverNotLoaded):
-        fact = "the NVIDIA kernel driver is not loaded (check with nvidia-smi)"
-        return f"NVML not available: {fact}; {_NOT_COLLECTED}"
-    if isinstance(exc, pynvml.NVMLError_NoPermission):
-        return f"NVML not available: no permission to open /dev/nvidia* ({exc}); {_NOT_COLLECTED}"
-    return f"NVML not available: {exc}; {_NOT_COLLECTED}"
-
-
-@contextlib.contextmanager
-def nvml_session() -> Iterator[None]:
-    """``nvmlInit`` ... ``nvmlShutdown`` (NVML reference-counts these, so nesting is fine)."""
-    pynvml.nvmlInit()
-    try:
-        yield
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def nvml_reason() -> str | None:
-    """None if NVML can be initialised here, else why not (a fact, stated for the report)."""
-    try:
-        with nvml_session():
-            return None
-    except pynvml.NVMLError as exc:
-        return _reason(exc)
-
-
-def _cuda_visible(infos: list[GpuInfo], env: str | None) -> list[GpuInfo]:
-    """The subset of ``infos`` that ``CUDA_VISIBLE_DEVICES`` (indices or GPU-UUID prefixes) exposes."""
-    if env is None:
-        return infos
-    chosen: list[GpuInfo] = []
-    for item in (x.strip() for x in env.split(",")):
-        if not item:
-            break  # CUDA stops at the first empty/invalid entry
-        match = [g for g in infos if (item.isdigit() and g.index == int(item)) or
-                 (item.startswith("GPU-") and g.uuid.startswith(item))]
-        if not match:
-            break
-        chosen.extend(g for g in match if g not in chosen)
-    return chosen
-
-
-def gpu_inventory() -> list[GpuInfo] | str:
-    """The GPUs this process may use (NVML devices filtered by ``CUDA_VISIBLE_DEVICES``), or why none."""
-    try:
-        with nvml_session():
-            driver = _text(pynvml.nvmlSystemGetDriverVersion())
-            infos = []
-            for i in range(pynvml.nvmlDeviceGetCount()):
-                h = pynvml.nvmlDeviceGetHandleByIndex(i)
-                infos.append(GpuInfo(i, _text(pynvml.nvmlDeviceGetName(h)),
-                                     pynvml.nvmlDeviceGetMemoryInfo(h).total / _MIB, driver,
-                                     _text(pynvml.nvmlDeviceGetUUID(h))))
-    except pynvml.NVMLError as exc:
-        return _reason(exc)
-    return _cuda_visible(infos, os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 class GpuSampler(TickedWindow):
@@ -140,10 +60,10 @@ class GpuSampler(TickedWindow):
             with nvml_session():
                 count = pynvml.nvmlDeviceGetCount()
         except pynvml.NVMLError as exc:
-            return _reason(exc)
+            return unavailable_reason(exc)
         missing = [i for i in self.indices if not 0 <= i < count]
         if missing:
-            return f"GPU indices {missing} requested but NVML sees {count} GPU(s); {_NOT_COLLECTED}"
+            return f"GPU indices {missing} requested but NVML sees {count} GPU(s); {NOT_COLLECTED}"
         return None
 
     def __enter__(self) -> GpuSampler:
@@ -163,7 +83,7 @@ class GpuSampler(TickedWindow):
         per_pid: dict[int, float | None] = {}
         for h in self._handles:
             self._util.append(float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
-            self._mem.append(pynvml.nvmlDeviceGetMemoryInfo(h).used / _MIB)
+            self._mem.append(pynvml.nvmlDeviceGetMemoryInfo(h).used / MIB)
             self._clock.append(float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)))
             if self._power_ok:
                 try:
@@ -172,7 +92,7 @@ class GpuSampler(TickedWindow):
                     self._power_ok = False
             if self._pids_fn is not None:
                 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
-                    used = None if p.usedGpuMemory is None else p.usedGpuMemory / _MIB
+                    used = None if p.usedGpuMemory is None else p.usedGpuMemory / MIB
                     prev = per_pid.get(p.pid, 0.0)
                     per_pid[p.pid] = None if used is None or prev is None else prev + used
         if self._pids_fn is not None:

@@ -22,7 +22,7 @@ from engine_fixtures.engine.lint import find_hidden_caps
 from engine_fixtures.engine.metrics import QUEUED, RUNNING, TTFT
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, ProcessCrashed, ProcessStartError
-from engine_fixtures.modeldir import write_model_dir
+from engine_fixtures.model.modeldir import write_model_dir
 
 STUB = ("-m", "perf_tests.engine.stub_engine")
 DEADLINE_S = 60.0
@@ -97,7 +97,7 @@ def test_ready_roles_config_metrics_flush_and_clean_stop(model: Path, tmp_path: 
 
 
 def test_unknown_model_path_is_refused_before_launch(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"python -m engine_fixtures\.modeldir"):
+    with pytest.raises(ConfigError, match=r"python -m engine_fixtures\.model\.modeldir"):
         start_engine(stub(tmp_path / "nope"), tmp_path, deadline_s=DEADLINE_S)
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine_fixtures.cgroups import probe_quota_support
 from engine_fixtures.engine.factory import EngineFactory, cgroup_prefix
 from engine_fixtures.engine.spec import EngineSpec
-from engine_fixtures.leaks import LeakSnapshot
-from engine_fixtures.modeldir import write_model_dir
+from engine_fixtures.isolation.cgroups import probe_quota_support
+from engine_fixtures.isolation.leaks import LeakSnapshot
+from engine_fixtures.model.modeldir import write_model_dir
 
 STUB = ("-m", "perf_tests.engine.stub_engine")
 

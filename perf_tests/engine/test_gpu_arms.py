@@ -12,12 +12,12 @@ from importlib import metadata
 
 import pytest
 
-from engine_fixtures.baselines.results import RunResult
 from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.engine.lint import check_caps, find_hidden_caps
 from engine_fixtures.engine.proof import assert_arm
 from engine_fixtures.marks import engine_skip_reason, gpu_skip_reason
 from engine_fixtures.options import SETTINGS_KEY
+from engine_fixtures.store.results import RunResult
 
 CONCURRENCY = int(os.environ.get("PERF_ENGINE_CONCURRENCY", "16"))
 REQUESTS = int(os.environ.get("PERF_ENGINE_REQUESTS", "96"))

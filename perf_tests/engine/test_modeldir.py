@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from engine_fixtures.engine.model_shapes import SHAPES
 from engine_fixtures.errors import ConfigError
-from engine_fixtures.modeldir import check_model_dir, main, write_model_dir
+from engine_fixtures.model.modeldir import check_model_dir, main, write_model_dir
+from engine_fixtures.model.shapes import SHAPES
 
 REAL_IDS = {
     "<|endoftext|>": 151643,

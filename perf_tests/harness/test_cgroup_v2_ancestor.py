@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine_fixtures.cgroups import v2_sandbox_parent
+from engine_fixtures.isolation.cgroups import v2_sandbox_parent
 
 
 def _cg(path: Path, controllers: str, subtree: str) -> Path:

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine_fixtures.cgroups import (
+from engine_fixtures.errors import ConfigError, MeasurementError, QuotaNotPermitted
+from engine_fixtures.isolation.cgroups import (
     CgroupMounts,
     CpuQuota,
     CpuStat,
@@ -25,7 +26,6 @@ from engine_fixtures.cgroups import (
     quota_along,
     v2_sandbox_parent,
 )
-from engine_fixtures.errors import ConfigError, MeasurementError, QuotaNotPermitted
 
 BUSY = (sys.executable, "-c", "while True: pass")
 BOUND_SHARE = 0.8  # an uncontended quota-bound child is throttled in nearly every period

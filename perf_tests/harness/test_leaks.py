@@ -11,10 +11,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine_fixtures.cgroups import CpuQuota
 from engine_fixtures.errors import LeakError
-from engine_fixtures.leaks import SHM_DIR, LeakSnapshot, find_cgroups, no_leaks
-from engine_fixtures.process import sigkill_and_wait
+from engine_fixtures.isolation.cgroups import CpuQuota
+from engine_fixtures.isolation.leaks import SHM_DIR, LeakSnapshot, find_cgroups, no_leaks
+from engine_fixtures.isolation.signals import sigkill_and_wait
 
 pytest_plugins = ("pytester",)
 

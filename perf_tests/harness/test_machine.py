@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine_fixtures.cgroups import effective_cpu_quota
+from engine_fixtures.isolation.cgroups import effective_cpu_quota
 from engine_fixtures.machine import MachineInfo, cpu_model, machine_key, slug
-from engine_fixtures.sampling.gpu import GpuInfo
+from engine_fixtures.nvml import GpuInfo
 
 GPU_PART = r"(none|[a-z0-9.-]+-x\d+(_[a-z0-9.-]+-x\d+)*)"
 KEY_RE = re.compile(rf"^cpu-[a-z0-9.-]+-x\d+__quota-(none|\d+(\.\d{{1,2}})?)__gpu-{GPU_PART}$")

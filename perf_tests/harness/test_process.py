@@ -12,18 +12,18 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine_fixtures.cgroups import CpuQuota
 from engine_fixtures.errors import ConfigError, ProcessCrashed, ProcessStartError
-from engine_fixtures.leaks import no_leaks
-from engine_fixtures.process import (
+from engine_fixtures.isolation.cgroups import CpuQuota
+from engine_fixtures.isolation.leaks import no_leaks
+from engine_fixtures.isolation.process import (
     LaunchSpec,
     Supervised,
     curated_env,
-    describe_exit,
     free_port,
     port_in_use,
     require_free_port,
 )
+from engine_fixtures.isolation.signals import describe_exit
 
 PROC_TREE = Path(__file__).with_name("proc_tree.py")
 Starter = Callable[..., Supervised]

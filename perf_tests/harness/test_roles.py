@@ -11,8 +11,8 @@ import psutil
 import pytest
 
 from engine_fixtures.errors import ProcessCrashed, ProcessStartError
-from engine_fixtures.process import LaunchSpec, Supervised
-from engine_fixtures.roles import OTHER, SGLANG_ROLES, Role, classify, discover, title_prefix, wait_for_roles
+from engine_fixtures.isolation.process import LaunchSpec, Supervised
+from engine_fixtures.isolation.roles import OTHER, SGLANG_ROLES, Role, classify, discover, title_prefix, wait_for_roles
 
 PROC_TREE = Path(__file__).with_name("proc_tree.py")
 TITLES = ("sglang::scheduler_TP0", "sglang::scheduler_PP1_TP0", "sglang::detokenizer",

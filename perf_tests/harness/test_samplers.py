@@ -11,12 +11,13 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
-from engine_fixtures.cgroups import CpuQuota, CpuStat
 from engine_fixtures.errors import ConfigError, MeasurementError
+from engine_fixtures.isolation.cgroups import CpuQuota, CpuStat
+from engine_fixtures.nvml import GpuInfo, _cuda_visible, gpu_inventory, nvml_reason
 from engine_fixtures.sampling.base import Sampler, SamplerSet
 from engine_fixtures.sampling.cgroup import CgroupSampler
 from engine_fixtures.sampling.cpu import CpuSampler
-from engine_fixtures.sampling.gpu import GpuInfo, GpuSampler, _cuda_visible, gpu_inventory, nvml_reason
+from engine_fixtures.sampling.gpu import GpuSampler
 
 READY = "print('ready', flush=True)\n"
 BUSY = READY + "while True: pass"

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine_fixtures.baselines.metrics import METRICS
 from engine_fixtures.errors import MeasurementError
+from engine_fixtures.judge.metrics import METRICS
 from engine_fixtures.loadgen import LoadError, Percentiles, RequestError, RequestRecord, WorkloadSpec
-from engine_fixtures.loadgen.client import RawRun, poisson_arrivals
+from engine_fixtures.loadgen.arrivals import poisson_arrivals
+from engine_fixtures.loadgen.client import RawRun
 from engine_fixtures.loadgen.report import build_report
 from engine_fixtures.loadgen.stats import rate_of, time_weighted_in_flight
 

@@ -14,9 +14,10 @@ import psutil
 import pytest
 
 from engine_fixtures.errors import ConfigError, MeasurementError, ProcessCrashed
+from engine_fixtures.isolation.leaks import mapped_semaphores, semaphore_files
 from engine_fixtures.mechbench.arms import MechArm, pixel_shape
 from engine_fixtures.mechbench.producer import MECH_PREFIX
-from engine_fixtures.mechbench.rig import Rig, mapped_semaphores, semaphore_files
+from engine_fixtures.mechbench.rig import Rig
 from engine_fixtures.mechbench.runner import run_arms
 from engine_fixtures.transport.shm import list_segments
 
@@ -111,7 +112,7 @@ def test_mapped_semaphores_sees_a_live_multiprocessing_lock() -> None:
 
 
 def test_run_arms_small_result_uses_registered_metrics() -> None:
-    from engine_fixtures.baselines.metrics import metric
+    from engine_fixtures.judge.metrics import metric
 
     (result,) = run_arms([SMALL], repeats=1, warmup=0, requests=2)
     assert result.scenario == "mech/copy=torch/threads=cpus/quota=0.5/res=256/c=2"

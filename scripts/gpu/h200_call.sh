@@ -11,7 +11,7 @@ bash .device/setup.sh > "$OUT/setup.log" 2>&1 || { tail -30 "$OUT/setup.log"; ex
 export PYTHONPATH=/tmp/site:$(pwd) HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 { echo "== cgroup"; cat /proc/self/cgroup; for f in cgroup.controllers cgroup.subtree_control; do
     echo "$f: $(cat /sys/fs/cgroup/$f 2>&1)"; done
-  python3 -c 'from engine_fixtures.cgroups import probe_quota_support as p, effective_cpu_quota as q; print("probe:", p()); print("effective quota:", q())'
+  python3 -c 'from engine_fixtures.isolation.cgroups import probe_quota_support as p, effective_cpu_quota as q; print("probe:", p()); print("effective quota:", q())'
   nproc; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } > "$OUT/facts.txt" 2>&1
 cat "$OUT/facts.txt"
 if [ "${SKIP_TRANSPORT:-0}" != 1 ]; then

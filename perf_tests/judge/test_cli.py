@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine_fixtures.baselines.changepoint import detect
-from engine_fixtures.baselines.cli import main
-from engine_fixtures.baselines.results import ResultsFile, RunResult
+from engine_fixtures.cli import main
+from engine_fixtures.judge.changepoint import detect
+from engine_fixtures.store.results import ResultsFile, RunResult
 
 
 def results_file(tmp: Path, name: str, latency: list[float], date: str = "2025-01-01T00:00:00+00:00") -> Path:

@@ -18,10 +18,10 @@ from pathlib import Path
 import matplotlib
 from matplotlib.figure import Figure
 
-from engine_fixtures.baselines.report import COLUMNS, Row, ordered
-from engine_fixtures.baselines.results import ResultsFile, RunResult
-from engine_fixtures.baselines.stats import summarize
-from engine_fixtures.baselines.store import atomic_write_text
+from engine_fixtures.judge.summary import summarize
+from engine_fixtures.report.table import COLUMNS, Row, ordered
+from engine_fixtures.store.baselines import atomic_write_text
+from engine_fixtures.store.results import ResultsFile, RunResult
 
 # Matplotlib 3.10 added `orientation`; 3.11 deprecates `vert` (a warning, so an error under filterwarnings=error).
 _MPL = tuple(int(x) for x in matplotlib.__version__.split(".")[:2])

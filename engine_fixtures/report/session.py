@@ -2,7 +2,7 @@
 
 Wiring (plugin.py, at the end of ``pytest_configure``)::
 
-    from engine_fixtures.baselines.session import install_session
+    from engine_fixtures.report.session import install_session
     install_session(config, machine_key=info.key, machine=info.as_dict())
 
 ``install_session`` stashes the session under ``SESSION_KEY`` and registers it as a plugin object,
@@ -23,13 +23,13 @@ from typing import Any
 
 import pytest
 
-from engine_fixtures.baselines.gate import Verdict
-from engine_fixtures.baselines.report import Row, markdown, rows_for, terminal_table
-from engine_fixtures.baselines.results import ResultsFile, RunResult
-from engine_fixtures.baselines.runmeta import run_metadata
-from engine_fixtures.baselines.store import Baseline, BaselineStore, atomic_write_text
 from engine_fixtures.errors import ConfigError
+from engine_fixtures.judge.gate import Verdict
 from engine_fixtures.options import SETTINGS_KEY, Settings
+from engine_fixtures.report.table import Row, markdown, rows_for, terminal_table
+from engine_fixtures.store.baselines import Baseline, BaselineStore, atomic_write_text
+from engine_fixtures.store.results import ResultsFile, RunResult
+from engine_fixtures.store.runmeta import run_metadata
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class PerfSession:
         """Write results, reports and (if asked) baselines. Idempotent per recorded state."""
         if not self.results and not self.records:
             return
-        from engine_fixtures.baselines.html import write_html  # matplotlib only when there is a report
+        from engine_fixtures.report.html import write_html  # matplotlib only when there is a report
 
         meta = run_metadata()
         out = Path(self.settings.results_dir)
@@ -156,6 +156,6 @@ def get_session(config: pytest.Config) -> PerfSession:
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
         raise ConfigError("the perf session is not installed: engine_fixtures/plugin.py must call "
-                          "engine_fixtures.baselines.session.install_session(config, machine_key) in "
+                          "engine_fixtures.report.session.install_session(config, machine_key) in "
                           "pytest_configure")
     return session

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine_fixtures.baselines.metrics import METRICS, PATTERNS, Metric, UnknownMetric, metric
 from engine_fixtures.errors import PerfError
+from engine_fixtures.judge.metrics import METRICS, PATTERNS, Metric, UnknownMetric, metric
 
 
 @pytest.mark.parametrize("m", [*METRICS.values(), *PATTERNS], ids=lambda m: m.name)

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from engine_fixtures.cgroup_mounts import CgroupMounts, cgroup_paths_of
 from engine_fixtures.errors import ConfigError, LeakError, MeasurementError, QuotaNotPermitted
-from engine_fixtures.process import sigkill_and_wait
+from engine_fixtures.isolation.cgroup_mounts import CgroupMounts, cgroup_paths_of
+from engine_fixtures.isolation.signals import sigkill_and_wait
 
 PERIOD_US = 100_000
 PREFIX = "perf-"

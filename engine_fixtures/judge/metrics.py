@@ -110,7 +110,7 @@ def metric(name: str) -> Metric:
     known = ", ".join([*sorted(METRICS), *(p.name for p in PATTERNS)])
     raise UnknownMetric(
         f"Unknown metric {name!r}. Known metrics: {known}. "
-        "Add it to engine_fixtures/baselines/metrics.py (with unit, direction and tolerance) "
+        "Add it to engine_fixtures/judge/metrics.py (with unit, direction and tolerance) "
         "before recording it."
     )
 

@@ -14,14 +14,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from engine_fixtures import options
-from engine_fixtures.baselines import changepoint, gate_quality
-from engine_fixtures.baselines.gate import judge
-from engine_fixtures.baselines.metrics import metric
-from engine_fixtures.baselines.report import markdown, rows_for, terminal_table
-from engine_fixtures.baselines.results import ResultsFile
-from engine_fixtures.baselines.stats import summarize
-from engine_fixtures.baselines.store import Baseline, BaselineStore, MissingBaseline, machine_keys
 from engine_fixtures.errors import PerfError
+from engine_fixtures.judge import changepoint, gate_quality
+from engine_fixtures.judge.gate import judge
+from engine_fixtures.judge.metrics import metric
+from engine_fixtures.judge.summary import summarize
+from engine_fixtures.report.table import markdown, rows_for, terminal_table
+from engine_fixtures.store.baselines import Baseline, BaselineStore, MissingBaseline, machine_keys
+from engine_fixtures.store.results import ResultsFile
 
 
 def _opt(args: argparse.Namespace, name: str) -> object:

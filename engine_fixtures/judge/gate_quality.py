@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine_fixtures.baselines.gate import judge
-from engine_fixtures.baselines.metrics import Metric
+from engine_fixtures.judge.gate import judge
+from engine_fixtures.judge.metrics import Metric
 
 _PROBE = Metric("gate_quality_probe_ms", "ms", "lower", 0.10, True, "synthetic lower-is-better metric")
 

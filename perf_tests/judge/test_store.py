@@ -15,15 +15,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine_fixtures.baselines.results import RunResult
-from engine_fixtures.baselines.store import (
+from engine_fixtures.errors import BaselineError
+from engine_fixtures.store.baselines import (
     Baseline,
     BaselineStore,
     MissingBaseline,
     file_name_of,
     scenario_of,
 )
-from engine_fixtures.errors import BaselineError
+from engine_fixtures.store.results import RunResult
 
 GOLDEN = Path(__file__).parent / "golden"
 RESULT = RunResult("mech/copy=torch/quota=0.5/c=4", {"copy": "torch", "quota": "0.5"},
@@ -94,8 +94,8 @@ def test_missing_baseline_is_distinct_and_names_update_command(tmp_path: Path) -
 WRITER = r"""
 import sys
 from pathlib import Path
-from engine_fixtures.baselines.results import RunResult
-from engine_fixtures.baselines.store import Baseline, BaselineStore
+from engine_fixtures.store.results import RunResult
+from engine_fixtures.store.baselines import Baseline, BaselineStore
 store = BaselineStore(Path(sys.argv[1]), "m")
 i = 0
 print("ready", flush=True)

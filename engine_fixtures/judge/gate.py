@@ -24,8 +24,8 @@ from typing import Literal
 
 from scipy.stats import mannwhitneyu
 
-from engine_fixtures.baselines.metrics import Metric, metric
-from engine_fixtures.baselines.stats import summarize
+from engine_fixtures.judge.metrics import Metric, metric
+from engine_fixtures.judge.summary import summarize
 
 ALPHA = 0.05
 MIN_SAMPLES = 3

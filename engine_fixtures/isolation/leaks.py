@@ -12,6 +12,8 @@ Contracts:
 - ``no_leaks()`` checks a block; with ``reap=True`` (default) it also removes what leaked (kills the
   processes, unlinks the segments, kills and removes the cgroups) so one leak does not spread to the
   next test. An exception from the block wins; leaks found then are cleaned and noted on it.
+- ``mapped_semaphores(pids)`` / ``semaphore_files(inodes)``: the POSIX named semaphores a process tree
+  had mapped, so a run can blame the ``/dev/shm/sem.*`` files its own processes left behind.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from pathlib import Path
 
 import psutil
 
-from engine_fixtures.cgroup_mounts import CgroupMounts
-from engine_fixtures.cgroups import CREATED_HERE, PREFIX
 from engine_fixtures.errors import LeakError
-from engine_fixtures.process import sigkill_and_wait
+from engine_fixtures.isolation.cgroup_mounts import CgroupMounts
+from engine_fixtures.isolation.cgroups import CREATED_HERE, PREFIX
+from engine_fixtures.isolation.signals import sigkill_and_wait
 
 SHM_DIR = Path("/dev/shm")
 
@@ -74,6 +76,33 @@ def find_cgroups(prefix: str = PREFIX, mounts: CgroupMounts | None = None) -> fr
         for dirpath, dirnames, _files in os.walk(top):
             found.update(Path(dirpath) / d for d in dirnames if d.startswith(prefix))
     return frozenset(found)
+
+
+def mapped_semaphores(pids: tuple[int, ...]) -> frozenset[int]:
+    """Inodes of the POSIX named semaphores (``/dev/shm/sem.*``) mapped by ``pids`` (gone pids skipped).
+
+    Inodes, not names: glibc's ``sem_open`` maps a temporary ``sem.XXXXXX`` and links it to the final
+    name, so /proc/PID/maps shows ``/dev/shm/sem.XXXXXX (deleted)`` for a live ``sem.mp-*``."""
+    inodes: set[int] = set()
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        for line in maps.splitlines():
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].startswith("/dev/shm/sem."):
+                inodes.add(int(fields[4]))
+    return frozenset(inodes)
+
+
+def semaphore_files(inodes: frozenset[int] | set[int]) -> list[str]:
+    """The ``/dev/shm/sem.*`` files that are one of ``inodes``."""
+    found = []
+    for entry in os.scandir("/dev/shm"):
+        if entry.name.startswith("sem.") and entry.inode() in inodes:
+            found.append(entry.name)
+    return sorted(found)
 
 
 @dataclass(frozen=True)

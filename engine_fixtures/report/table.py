@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
-from engine_fixtures.baselines.gate import STATUSES, Verdict
-from engine_fixtures.baselines.metrics import is_known, metric
+from engine_fixtures.judge.gate import STATUSES, Verdict
+from engine_fixtures.judge.metrics import is_known, metric
 
 COLUMNS = ("scenario", "arm", "metric", "value", "baseline", "delta", "verdict")
 _STYLE = {"regression": "bold red", "unstable": "yellow", "no-baseline": "cyan", "improvement": "green"}

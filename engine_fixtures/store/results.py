@@ -3,7 +3,7 @@
 Contract:
 - ``RunResult.samples[metric]`` holds one finite float per *measured* repeat; ``warmup`` has the
   same shape and is kept apart (never judged). Every metric name must resolve through
-  ``baselines.metrics.metric`` so a typo fails at construction, not silently at judging time.
+  ``judge.metrics.metric`` so a typo fails at construction, not silently at judging time.
 - An empty sample tuple is rejected: "zero completed requests" must be a ``MeasurementError``
   raised by the producer, never a result.
 - JSON: ``to_json()``/``from_json()`` are exact inverses; ``ResultsFile`` carries ``format_version``
@@ -20,8 +20,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from engine_fixtures.baselines.metrics import metric
 from engine_fixtures.errors import BaselineError
+from engine_fixtures.judge.metrics import metric
 
 RESULTS_FORMAT_VERSION = 1
 

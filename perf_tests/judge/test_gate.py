@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine_fixtures.baselines.gate import ALPHA, judge, judge_ratio
-from engine_fixtures.baselines.gate_quality import simulate
+from engine_fixtures.judge.gate import ALPHA, judge, judge_ratio
+from engine_fixtures.judge.gate_quality import simulate
 
 values = st.lists(st.floats(min_value=1.0, max_value=1e6, allow_nan=False), min_size=1, max_size=12)
 gated = st.sampled_from(["requests_per_s", "latency_p50_ms", "ttft_p99_ms", "ipc_opens_per_image"])

@@ -1,15 +1,15 @@
-"""Fixtures ``perf_record`` and ``perf_invariant``: judge a test's results and report them.
+"""``PerfRecorder``: what the ``perf_record`` and ``perf_invariant`` fixtures do with a test's results.
 
-``perf_record(result) -> list[Verdict]``:
+``PerfRecorder(session, item)(result) -> list[Verdict]`` (the ``perf_record`` fixture):
 1. records ``result`` in the ``PerfSession`` (so ``--perf-update-baselines`` / ``perf-baseline
    update --from`` can turn it into a baseline, also when the test then skips or fails);
 2. with no stored baseline: ``pytest.skip`` whose reason names the update command;
 3. judges every metric against the baseline (tolerance: marker ``perf(tolerance=...)`` >
    ``--perf-tolerance`` > the metric registry), attaches a "perf" report section with the table
    and the baseline path, and ``pytest.fail`` listing every regression. ``unstable`` is reported,
-   never a failure. ``perf_record.ratio(...)`` is ``perf_invariant``.
-``perf_invariant(metric, reference, current, min_ratio, label="")`` judges a cross-arm invariant
-(``gate.judge_ratio``), reports it and fails on a significant violation. ``reference``/``current``
+   never a failure. ``.report(result, why)`` records and shows without judging (control arms).
+``.ratio(metric, reference, current, min_ratio, label="")`` (the ``perf_invariant`` fixture) judges a
+cross-arm invariant (``gate.judge_ratio``), reports it and fails on a significant violation. ``reference``/``current``
 are RunResults (their ``samples[metric]``) or sample sequences.
 """
 
@@ -20,14 +20,14 @@ from dataclasses import replace
 
 import pytest
 
-from engine_fixtures.baselines.gate import Verdict, judge, judge_ratio
-from engine_fixtures.baselines.metrics import metric
-from engine_fixtures.baselines.report import rows_for, terminal_table
-from engine_fixtures.baselines.results import RunResult
-from engine_fixtures.baselines.session import PerfSession, get_session
-from engine_fixtures.baselines.store import MissingBaseline
 from engine_fixtures.errors import ConfigError
+from engine_fixtures.judge.gate import Verdict, judge, judge_ratio
+from engine_fixtures.judge.metrics import metric
 from engine_fixtures.options import resolve
+from engine_fixtures.report.session import PerfSession
+from engine_fixtures.report.table import rows_for, terminal_table
+from engine_fixtures.store.baselines import MissingBaseline
+from engine_fixtures.store.results import RunResult
 
 
 def marker_tolerance(item: pytest.Item, default: float | None) -> float | None:
@@ -110,15 +110,3 @@ class PerfRecorder:
         if verdict.status == "regression":
             pytest.fail(f"performance invariant violated: {verdict.message}", pytrace=False)
         return verdict
-
-
-@pytest.fixture
-def perf_record(request: pytest.FixtureRequest) -> PerfRecorder:
-    """Judge a ``RunResult`` against this machine's baseline; see the module docstring."""
-    return PerfRecorder(get_session(request.config), request.node)
-
-
-@pytest.fixture
-def perf_invariant(perf_record: PerfRecorder) -> object:
-    """``perf_invariant(metric, reference, current, min_ratio, label="") -> Verdict``."""
-    return perf_record.ratio

@@ -36,10 +36,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from engine_fixtures.baselines.metrics import metric
-from engine_fixtures.baselines.results import RunResult
-from engine_fixtures.baselines.stats import summarize
 from engine_fixtures.errors import BaselineError
+from engine_fixtures.judge.metrics import metric
+from engine_fixtures.judge.summary import summarize
+from engine_fixtures.store.results import RunResult
 
 BASELINE_FORMAT_VERSION = 2
 UPDATE_HINT = "perf-baseline update --from <results.json>` or `pytest --perf-update-baselines"

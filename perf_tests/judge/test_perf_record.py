@@ -13,7 +13,7 @@ pytest_plugins = ("pytester",)
 TEST_FILE = """
 import os
 import pytest
-from engine_fixtures.baselines.results import RunResult
+from engine_fixtures.store.results import RunResult
 
 SHIFT = float(os.environ.get("SHIFT", "1.0"))
 BASE = (100.0, 101.0, 99.0, 100.5, 99.5)
@@ -83,7 +83,7 @@ def test_github_step_summary_is_appended(suite: pytest.Pytester, monkeypatch: py
 def test_marker_tolerance_below_one_is_rejected(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("""
         import pytest
-        from engine_fixtures.baselines.results import RunResult
+        from engine_fixtures.store.results import RunResult
 
         @pytest.mark.perf(tolerance=0.1)
         def test_t(perf_record):
@@ -96,7 +96,7 @@ def test_marker_tolerance_below_one_is_rejected(pytester: pytest.Pytester) -> No
 
 REPORT_FILE = """
 import os
-from engine_fixtures.baselines.results import RunResult
+from engine_fixtures.store.results import RunResult
 
 SHIFT = float(os.environ.get("SHIFT", "1.0"))
 

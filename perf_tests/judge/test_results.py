@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engine_fixtures.baselines.results import ResultsFile, RunResult
 from engine_fixtures.errors import BaselineError
+from engine_fixtures.store.results import ResultsFile, RunResult
 
 GOLDEN = Path(__file__).parent / "golden"
 

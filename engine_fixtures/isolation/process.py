@@ -2,7 +2,7 @@
 
 Contracts:
 - ``Supervised.start(spec, sandbox)`` starts ``spec.argv`` with ``start_new_session=True``, stdout and
-  stderr to ``spec.log_path``, inside ``sandbox`` (a ``CpuQuota``) from the first instruction.
+  stderr to ``spec.log_path``, inside ``sandbox`` (a ``Sandbox`` such as ``CpuQuota``) from the first instruction.
 - ``wait_ready(condition, deadline_s)`` returns the seconds it took, or raises ``ProcessStartError`` at
   once when the process exits, or at the deadline (never later than one poll interval past it).
 - ``ensure_alive()`` raises ``ProcessCrashed`` if the process has exited.
@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
-import select
 import shlex
 import signal
 import socket
@@ -25,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import psutil
 
@@ -36,9 +35,7 @@ from engine_fixtures.errors import (
     ProcessStartError,
     QuotaNotPermitted,
 )
-
-if TYPE_CHECKING:
-    from engine_fixtures.cgroups import CpuQuota
+from engine_fixtures.isolation.signals import describe_exit
 
 TRACKER_GRACE_S = 5.0  # how long a resource tracker may take to clean up after its clients died
 PASSTHROUGH: tuple[str, ...] = (
@@ -57,6 +54,18 @@ def curated_env(extra: Mapping[str, str] | None = None, passthrough: Iterable[st
     env = {k: v for k, v in source.items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
     env.update(extra or {})
     return env
+
+
+class Sandbox(Protocol):
+    """What ``Supervised`` needs of a sandbox (``isolation.cgroups.CpuQuota`` is one): join it before exec,
+    list who is inside, say where it is."""
+
+    @property
+    def path(self) -> Path: ...
+
+    def preexec_fn(self) -> Callable[[], None]: ...
+
+    def pids(self) -> tuple[int, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -92,42 +101,6 @@ class StopReport:
     elapsed_s: float
 
 
-def describe_exit(returncode: int | None) -> str:
-    """``-9`` -> ``killed by signal SIGKILL (9)``; ``3`` -> ``exited with code 3``."""
-    if returncode is None:
-        return "still running"
-    if returncode < 0:
-        try:
-            return f"killed by signal {signal.Signals(-returncode).name} ({-returncode})"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exited with code {returncode}"
-
-
-def sigkill_and_wait(pids: Iterable[int], timeout_s: float) -> tuple[int, ...]:
-    """SIGKILL ``pids`` and wait until each has exited; return the ones still running at the timeout.
-
-    Waits on pidfds (readable once a process has exited) and never reaps, so a caller's
-    ``Popen.wait()`` still gets the real exit status."""
-    deadline = time.monotonic() + timeout_s
-    fds: dict[int, int] = {}
-    try:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                fds[os.pidfd_open(pid)] = pid
-        for fd in fds:
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(fd, signal.SIGKILL)
-        pending = set(fds)
-        while pending and (left := deadline - time.monotonic()) > 0:
-            ready, _, _ = select.select(list(pending), [], [], left)
-            pending -= set(ready)
-        return tuple(sorted(fds[fd] for fd in pending))
-    finally:
-        for fd in fds:
-            os.close(fd)
-
-
 def _is_tracker(p: psutil.Process) -> bool:
     try:
         return "multiprocessing.resource_tracker" in " ".join(p.cmdline())
@@ -151,7 +124,7 @@ def _signal(procs: Iterable[psutil.Process], sig: int) -> None:
 class Supervised:
     """A started process tree; use ``Supervised.start`` and as a context manager (``stop`` on exit)."""
 
-    def __init__(self, spec: LaunchSpec, proc: subprocess.Popen[bytes], sandbox: CpuQuota | None) -> None:
+    def __init__(self, spec: LaunchSpec, proc: subprocess.Popen[bytes], sandbox: Sandbox | None) -> None:
         self.spec = spec
         self.proc = proc
         self.sandbox = sandbox
@@ -159,7 +132,7 @@ class Supervised:
         self._report: StopReport | None = None
 
     @classmethod
-    def start(cls, spec: LaunchSpec, sandbox: CpuQuota | None = None) -> Supervised:
+    def start(cls, spec: LaunchSpec, sandbox: Sandbox | None = None) -> Supervised:
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(spec.log_path, "wb") as log:
             try:
@@ -324,4 +297,4 @@ def require_free_port(port: int, host: str = "127.0.0.1") -> None:
         pass
     who = f" by {', '.join(holders)}" if holders else ""
     raise ConfigError(f"port {port} on {host} is already in use{who}; stop that process or pick another port "
-                      f"(engine_fixtures.process.free_port() returns a free one)")
+                      f"(engine_fixtures.isolation.process.free_port() returns a free one)")

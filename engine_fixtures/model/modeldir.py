@@ -1,7 +1,7 @@
 """Write a model directory that SGLang serves with ``--load-format dummy`` and no download.
 
-``python -m engine_fixtures.modeldir --shape {tiny,qwen2.5-vl-3b,qwen3-vl-4b} OUT_DIR`` writes config.json
-(published shapes, see ``engine.model_shapes``), preprocessor_config.json (+ video for Qwen3-VL),
+``python -m engine_fixtures.model.modeldir --shape {tiny,qwen2.5-vl-3b,qwen3-vl-4b} OUT_DIR`` writes config.json
+(published shapes, see ``model.shapes``), preprocessor_config.json (+ video for Qwen3-VL),
 generation_config.json, tokenizer.json / vocab.json / merges.txt / tokenizer_config.json with Qwen's real
 special-token ids, and chat_template.json. SGLang's conversation matchers look at the path, so names such as
 ``points`` or ``internvl`` in OUT_DIR are refused. ``check_model_dir`` validates a directory (ours or a real
@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine_fixtures.engine import qwen_tokenizer as qt
-from engine_fixtures.engine.model_shapes import IDS, SHAPES
 from engine_fixtures.errors import ConfigError
+from engine_fixtures.model import tokenizer as qt
+from engine_fixtures.model.shapes import IDS, SHAPES
 
 # SGLang's template matchers regex the model path (srt/parser/conversation.py): these force a wrong template.
 FORBIDDEN_PATH_PARTS = re.compile(r"\bpoints\b|internvl|moss.*vl|minicpm-(v|o)|phi-4-multimodal|llava", re.I)
@@ -58,10 +58,16 @@ def write_model_dir(out: Path, shape: str = "tiny") -> Path:
 
 def check_model_dir(path: Path) -> dict[str, Any]:
     """Validate structure and token ids; returns the parsed config. ConfigError names what is wrong."""
+    if not path.is_dir():
+        raise ConfigError(
+            f"model path {path} does not exist or is not a directory; generate a dummy-weight one "
+            f"with `python -m engine_fixtures.model.modeldir --shape tiny {path}` or pass --perf-model DIR"
+        )
     missing = [f for f in REQUIRED_FILES if not (path / f).is_file()]
     if missing:
         raise ConfigError(
-            f"model dir {path} lacks {', '.join(missing)}; regenerate it with `python -m engine_fixtures.modeldir`"
+            f"model dir {path} lacks {', '.join(missing)}; "
+            "regenerate it with `python -m engine_fixtures.model.modeldir`"
         )
     cfg = json.loads((path / "config.json").read_text())
     for key, want in (
@@ -90,7 +96,7 @@ def check_model_dir(path: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m engine_fixtures.modeldir", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m engine_fixtures.model.modeldir", description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path, help="directory to write")
     p.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
     p.add_argument("--check", action="store_true", help="only validate OUT (any model dir)")

@@ -1,0 +1,50 @@
+"""Signals for process trees, shared by the supervisor, the cgroup sandbox and the leak checks.
+
+- ``describe_exit(returncode)``: a ``Popen.returncode`` in words (``killed by signal SIGKILL (9)``).
+- ``sigkill_and_wait(pids, timeout_s)``: SIGKILL and wait on pidfds without reaping; returns survivors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import time
+from collections.abc import Iterable
+
+
+def describe_exit(returncode: int | None) -> str:
+    """``-9`` -> ``killed by signal SIGKILL (9)``; ``3`` -> ``exited with code 3``."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by signal {signal.Signals(-returncode).name} ({-returncode})"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+def sigkill_and_wait(pids: Iterable[int], timeout_s: float) -> tuple[int, ...]:
+    """SIGKILL ``pids`` and wait until each has exited; return the ones still running at the timeout.
+
+    Waits on pidfds (readable once a process has exited) and never reaps, so a caller's
+    ``Popen.wait()`` still gets the real exit status."""
+    deadline = time.monotonic() + timeout_s
+    fds: dict[int, int] = {}
+    try:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                fds[os.pidfd_open(pid)] = pid
+        for fd in fds:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+        pending = set(fds)
+        while pending and (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select(list(pending), [], [], left)
+            pending -= set(ready)
+        return tuple(sorted(fds[fd] for fd in pending))
+    finally:
+        for fd in fds:
+            os.close(fd)
