@@ -1,8 +1,17 @@
-"""``perf-baseline``: update, compare, show, history, migrate, gate-quality.
+"""``perf-baseline``: update, compare, show, validate, history, migrate.
 
-Exit status: 0 ok, 1 a regression (``compare``) or a change point (``history``), 2 a user error
-(a ``PerfError`` whose message names the fix). ``--baseline-dir`` and ``--tolerance`` come from
-``engine_fixtures.options`` (same precedence and env variables as the pytest plugin).
+- ``update --from RESULTS...`` adds those runs to the pooled baselines; ``update --from-runs K [DIR]`` rebuilds
+  each scenario's pool from the newest K clean runs of this machine key in DIR (default ``.perf-results``) and
+  says which. Both show the per-metric change (level, runs, what the pool catches); ``--dry-run`` writes
+  nothing; a run judged regression/inconclusive needs ``--accept REASON`` (stored with it); runs with injected
+  slowdowns or A/B runs are never recorded.
+- ``compare RESULTS...`` judges results files against the pooled baselines (exit 1 on a regression).
+- ``show`` lists the pools; ``validate DIR`` judges every clean run against the K runs recorded before it (and
+  every injected run against the newest K clean ones): false alarms and detections counted on real runs.
+- ``history`` finds change points in a metric's series over results files; ``migrate`` rewrites old formats.
+
+Exit status: 0 ok, 1 a regression (``compare``), a false alarm (``validate``) or a change point (``history``),
+2 a user error (a ``PerfError`` whose message names the fix).
 """
 
 from __future__ import annotations
@@ -10,18 +19,20 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 from engine_fixtures import options
 from engine_fixtures.errors import PerfError
-from engine_fixtures.judge import changepoint, gate_quality
-from engine_fixtures.judge.gate import judge
+from engine_fixtures.judge import changepoint
 from engine_fixtures.judge.metrics import metric
-from engine_fixtures.judge.summary import summarize
+from engine_fixtures.judge.verdicts import judge_result
+from engine_fixtures.machine import MachineInfo
 from engine_fixtures.report.table import markdown, rows_for, terminal_table
-from engine_fixtures.store.baselines import Baseline, BaselineStore, MissingBaseline, machine_keys
+from engine_fixtures.store.baselines import Baseline, BaselineRun, BaselineStore, machine_keys
 from engine_fixtures.store.results import ResultsFile
+from engine_fixtures.store.update import apply, describe, last_clean_runs, plan_update, refusal
 
 
 def _opt(args: argparse.Namespace, name: str) -> object:
@@ -40,34 +51,57 @@ def _results_files(paths: Sequence[Path]) -> list[ResultsFile]:
 
 
 def cmd_update(args: argparse.Namespace) -> int:
-    root, tol = _opt(args, "baseline_dir"), _opt(args, "tolerance")
-    for rf in _results_files(args.results):
-        store = BaselineStore(root, rf.machine_key)
-        meta = {"suite_commit": rf.suite_commit, "date": rf.date, "command": rf.command,
-                "versions": dict(rf.versions), "machine": dict(rf.machine)}
-        for result in rf.results:
-            if not _match(result.scenario, args.scenario):
+    root = _opt(args, "baseline_dir")
+    if args.from_runs is not None:
+        files = _results_files(args.results or [_opt(args, "results_dir")])
+        key = args.machine or MachineInfo.collect().key
+        store = BaselineStore(root, key)
+        chosen = last_clean_runs(files, key, args.from_runs, args.scenario)
+        if not chosen:
+            print(f"no clean runs of machine key {key} in {', '.join(map(str, args.results or ['.perf-results']))}")
+            return 2
+        plans = []
+        for scenario, runs in sorted(chosen.items()):
+            if len(runs) < args.from_runs:
+                print(f"{scenario}: only {len(runs)} clean run(s) of {key}; the pool needs {args.from_runs}: "
+                      "run the suite again (separate processes, at different times)")
                 continue
-            path = store.path_for(result.scenario)
-            if args.dry_run:
-                print(f"would write {path}")
-            else:
-                store.write(Baseline.from_result(result, rf.machine_key, meta, tol))
-                print(f"wrote {path}")
+            print(f"{scenario}: pooling {', '.join(r.run_id for r in runs)}")
+            plans += plan_update(store, runs, only=frozenset({scenario}), replace_pool=True)
+    else:
+        if not args.results:
+            raise PerfError("update needs --from RESULTS... or --from-runs K; see perf-baseline update --help")
+        plans = []
+        for key in sorted({rf.machine_key for rf in _results_files(args.results)}):
+            runs = [rf for rf in _results_files(args.results) if rf.machine_key == key]
+            plans += plan_update(BaselineStore(root, key), runs, scenario_glob=args.scenario, accept=args.accept,
+                                 replace_pool=args.replace)
+    for plan in plans:
+        print("\n".join(describe(plan)))
+    if args.dry_run:
+        print("dry run: nothing written")
+        return 0
+    by_key: dict[str, list] = {}
+    for plan in plans:
+        if plan.after is not None:
+            by_key.setdefault(plan.after.machine_key, []).append(plan)
+    for key, ps in by_key.items():
+        for path in apply(BaselineStore(root, key), ps):
+            print(f"wrote {path}")
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    root, tol = _opt(args, "baseline_dir"), _opt(args, "tolerance")
+    root, floor = _opt(args, "baseline_dir"), _opt(args, "floor")
     rows = []
     for rf in _results_files(args.results):
         store = BaselineStore(root, rf.machine_key)
         for result in rf.results:
             base = store.load(result.scenario)
-            samples = {} if isinstance(base, MissingBaseline) else base.samples
-            verdicts = [judge(m, samples.get(m), v, tol) for m, v in result.samples.items()]
-            rows += rows_for(result.scenario, result.arm, verdicts)
-    print(markdown(rows) if args.markdown else terminal_table(rows, width=140), end="")
+            pool = base if isinstance(base, Baseline) else None
+            rows += rows_for(result.scenario, result.arm,
+                             judge_result(result.samples, pool, scenario=result.scenario, floor=floor))
+    print(markdown(rows) if args.markdown else terminal_table(rows, width=160), end="")
     return 1 if any(r.verdict.status == "regression" for r in rows) else 0
 
 
@@ -75,18 +109,59 @@ def cmd_show(args: argparse.Namespace) -> int:
     root = _opt(args, "baseline_dir")
     keys = [args.machine] if args.machine else machine_keys(root)
     if not keys:
-        print(f"no baselines under {root}; create them with `perf-baseline update --from <results.json>`")
+        print(f"no baselines under {root}; record them with `perf-baseline update --from-runs 3`")
     for key in keys:
         store = BaselineStore(root, key)
         print(f"[{key}] {store.dir}")
         for scenario in store.scenarios():
             b = store.load(scenario)
             assert isinstance(b, Baseline)
-            for name, values in b.samples.items():
-                s = summarize(values)
-                print(f"  {scenario}  {name} = {s.median:.4g} {metric(name).unit} (n={s.n}, cv={s.cv:.1%}, "
-                      f"tol={b.tolerances.get(name, 0):.0%}) {b.metadata.get('date', '')}")
+            dates = sorted(r.date[:10] for r in b.runs)
+            print(f"  {scenario}: {len(b.runs)} run(s) {dates[0]}..{dates[-1]}")
+            for name, n in b.noise().items():
+                catches = n.get("detectable")
+                shown = "-" if catches is None else (f"{catches:.1%}" if n["scale"] == "log" else f"{catches:.3g}")
+                print(f"    {name} = {n['level']:.4g} {metric(name).unit}; between-run sd {n['between_sd']:.3g}, "
+                      f"within-run sd {n['within_sd']:.3g} ({n['scale']}); catches {shown}")
     return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Judge real runs against pools of earlier real runs (rolling), and injected runs against the newest pool."""
+    files = _results_files(args.results)
+    counts: dict[tuple[str, str], Counter[str]] = {}
+    for key in sorted({f.machine_key for f in files}):
+        runs = [f for f in files if f.machine_key == key]
+        for scenario in sorted({r.scenario for f in runs for r in f.results if _match(r.scenario, args.scenario)}):
+            clean = [f for f in runs if refusal(f, scenario, None) is None and _has(f, scenario)]
+            faulty = [f for f in runs if f.injection and _has(f, scenario)]
+            for i in range(args.pool, len(clean)):
+                _tally(counts, "clean", scenario, clean[i - args.pool:i], clean[i])
+            for f in faulty:
+                prior = [c for c in clean if c.date < f.date][-args.pool:] or clean[-args.pool:]
+                if len(prior) == args.pool:
+                    _tally(counts, f"injected {f.injection}", scenario, prior, f)
+    false_alarms = 0
+    for (label, metric_name), c in sorted(counts.items()):
+        total = sum(c.values())
+        print(f"{label:40s} {metric_name:32s} " + ", ".join(f"{k} {v}/{total}" for k, v in sorted(c.items())))
+        if label == "clean":
+            false_alarms += c["regression"] + c["improvement"]
+    print(f"{false_alarms} false verdict(s) on clean runs (regression or improvement against earlier clean runs)")
+    return 1 if false_alarms else 0
+
+
+def _has(rf: ResultsFile, scenario: str) -> bool:
+    return any(r.scenario == scenario for r in rf.results)
+
+
+def _tally(counts: dict, label: str, scenario: str, pool: Sequence[ResultsFile], run: ResultsFile) -> None:
+    runs = tuple(BaselineRun.from_result(next(r for r in f.results if r.scenario == scenario), f) for f in pool)
+    result = next(r for r in run.results if r.scenario == scenario)
+    base = Baseline(scenario, result.arm, run.machine_key, runs)
+    for v in judge_result(result.samples, base, scenario=scenario):
+        if v.is_verdict:
+            counts.setdefault((label, f"{v.metric}"), Counter())[v.status] += 1
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -97,15 +172,16 @@ def cmd_history(args: argparse.Namespace) -> int:
             if not _match(r.scenario, args.scenario):
                 continue
             for name, values in r.samples.items():
-                if metric(name).gates:
-                    series.setdefault((rf.machine_key, r.scenario, name), []).append(
-                        (rf.date, summarize(values).median))
+                m = metric(name)
+                if m.judged and (args.metric is None or name == args.metric):
+                    level = float(m.scale.forward(values).mean())
+                    series.setdefault((rf.machine_key, r.scenario, name), []).append((rf.date, level))
     found = 0
     for (key, scenario, name), pts in sorted(series.items()):
         for cp in changepoint.detect([v for _, v in pts], alpha=args.alpha):
             found += 1
             print(f"{key} {scenario} {name}: change at run {cp.index} ({pts[cp.index][0]}): "
-                  f"{cp.before_mean:.4g} -> {cp.after_mean:.4g} ({cp.relative_change:+.1%}, p={cp.p_value:.3g})")
+                  f"{cp.before_mean:.4g} -> {cp.after_mean:.4g} on the judged scale (p={cp.p_value:.3g})")
     print(f"{len(runs)} runs, {len(series)} series, {found} change points")
     return 1 if found else 0
 
@@ -115,11 +191,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     for key in machine_keys(root):
         for path in BaselineStore(root, key).migrate_all(dry_run=args.dry_run):
             print(("would migrate " if args.dry_run else "migrated ") + str(path))
-    return 0
-
-
-def cmd_gate_quality(args: argparse.Namespace) -> int:
-    print(gate_quality.render(gate_quality.table(trials=args.trials, seed=args.seed)))
     return 0
 
 
@@ -133,24 +204,30 @@ def parser() -> argparse.ArgumentParser:
         sp.set_defaults(func=func)
         return sp
 
-    sp = add("update", cmd_update, "write baselines from results JSON files", ("baseline_dir", "tolerance"))
-    sp.add_argument("--from", dest="results", nargs="+", type=Path, required=True, metavar="RESULT")
+    sp = add("update", cmd_update, "add runs to the pooled baselines (guarded)", ("baseline_dir", "results_dir"))
+    sp.add_argument("--from", dest="results", nargs="+", type=Path, metavar="RESULT_OR_DIR")
+    sp.add_argument("--from-runs", type=int, metavar="K", help="rebuild each pool from the newest K clean runs")
+    sp.add_argument("--machine", metavar="KEY", help="machine key for --from-runs (default: this machine's)")
     sp.add_argument("--scenario", metavar="GLOB")
+    sp.add_argument("--accept", metavar="REASON", help="record runs judged regression/inconclusive, with this reason")
+    sp.add_argument("--replace", action="store_true", help="start the pools afresh from these runs")
     sp.add_argument("--dry-run", action="store_true")
-    sp = add("compare", cmd_compare, "judge results against stored baselines", ("baseline_dir", "tolerance"))
+    sp = add("compare", cmd_compare, "judge results against the pooled baselines", ("baseline_dir", "floor"))
     sp.add_argument("results", nargs="+", type=Path, metavar="RESULT")
     sp.add_argument("--markdown", action="store_true")
-    sp = add("show", cmd_show, "list stored baselines")
+    sp = add("show", cmd_show, "list the pooled baselines and what each catches")
     sp.add_argument("--machine", metavar="KEY")
+    sp = add("validate", cmd_validate, "judge real runs against pools of earlier real runs", ())
+    sp.add_argument("results", nargs="+", type=Path, metavar="RESULT_OR_DIR")
+    sp.add_argument("--pool", type=int, default=3, metavar="K")
+    sp.add_argument("--scenario", metavar="GLOB")
     sp = add("history", cmd_history, "change points over results files (or directories of them)", ())
     sp.add_argument("results", nargs="+", type=Path, metavar="RESULT_OR_DIR")
     sp.add_argument("--scenario", metavar="GLOB")
+    sp.add_argument("--metric", metavar="NAME")
     sp.add_argument("--alpha", type=float, default=0.01)
     sp = add("migrate", cmd_migrate, "rewrite older-format baselines in the current format")
     sp.add_argument("--dry-run", action="store_true")
-    sp = add("gate-quality", cmd_gate_quality, "false-alarm and detection rates of the gate", ())
-    sp.add_argument("--trials", type=int, default=2000)
-    sp.add_argument("--seed", type=int, default=0)
     return p
 
 

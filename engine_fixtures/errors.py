@@ -37,3 +37,19 @@ class BaselineError(PerfError):
 
 class MeasurementError(PerfError):
     """A measurement is invalid (for example zero completed requests); never reported as a number."""
+
+
+class PerformanceRegression(AssertionError):
+    """A judged metric got significantly worse than its baseline or reference (a test failure, not a usage error)."""
+
+
+class InvariantViolated(PerformanceRegression):
+    """A same-run invariant between arms does not hold (e.g. the buffer copy no longer beats torch's)."""
+
+
+class Inconclusive(AssertionError):
+    """The measurement budget ran out before the data could decide: not a pass (strict mode fails on it)."""
+
+
+class StaleBaseline(AssertionError):
+    """A significant improvement: the stored baseline no longer describes this build (strict mode fails on it)."""

@@ -20,7 +20,8 @@ Engine:
 Judging:
 - ``perf_record(result) -> list[Verdict]``: records and judges a ``RunResult`` against this machine's
   baseline (``judge.recorder.PerfRecorder``).
-- ``perf_invariant(metric, reference, current, min_ratio, label="") -> Verdict``: a cross-arm invariant.
+- ``perf_invariant(label, metric, reference, current, bound, paired=True) -> Verdict``: a same-run invariant
+  between arms (``reference``/``current`` are RunResults or sample sequences).
 """
 
 from __future__ import annotations
@@ -126,5 +127,5 @@ def perf_record(request: pytest.FixtureRequest) -> PerfRecorder:
 
 @pytest.fixture
 def perf_invariant(perf_record: PerfRecorder) -> object:
-    """``perf_invariant(metric, reference, current, min_ratio, label="") -> Verdict``."""
-    return perf_record.ratio
+    """``perf_invariant(label, metric, reference, current, bound, paired=True) -> Verdict``."""
+    return perf_record.invariant

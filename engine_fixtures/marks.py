@@ -9,8 +9,8 @@ MARKERS: dict[str, str] = {
     "engine": "starts the real SGLang engine (GPU tier); skipped when SGLang or a GPU is missing.",
     "cgroup": "needs a writable cgroup CPU controller (skipped with the reason otherwise, and under "
     "--perf-cpu-quota none).",
-    "perf(tolerance=None)": "a measured scenario judged against its baseline; TOLERANCE (percent) overrides "
-    "--perf-tolerance and every metric's default for this test.",
+    "perf(floor=None)": "a measured scenario with verdicts; FLOOR (percent) overrides --perf-floor and every "
+    "metric's declared floor (the smallest change ever flagged) for this test.",
     "mechanism": "the CPU-tier SHM copy-path mechanism benchmark (real /dev/shm, real processes, real cgroup).",
     "slow": "takes minutes; the 'unit' tox env deselects it unless --perf-scale full.",
 }
@@ -19,7 +19,7 @@ MARKERS: dict[str, str] = {
 # Keyword arguments each marker accepts; anything else is a usage error naming the test (pytest-benchmark's rule).
 MARKER_KWARGS: dict[str, frozenset[str]] = {
     "gpu": frozenset({"count"}),
-    "perf": frozenset({"tolerance"}),
+    "perf": frozenset({"floor"}),
     "cgroup": frozenset(),
     "engine": frozenset(),
     "mechanism": frozenset(),
@@ -27,7 +27,7 @@ MARKER_KWARGS: dict[str, frozenset[str]] = {
 
 
 def marker_errors(item: pytest.Item) -> list[str]:
-    """``"<nodeid>: perf mark can't have 'x' keyword argument (accepted: tolerance)"`` for each bad kwarg."""
+    """``"<nodeid>: perf mark can't have 'x' keyword argument (accepted: floor)"`` for each bad kwarg."""
     errors = []
     for name, accepted in MARKER_KWARGS.items():
         for mark in item.iter_markers(name):

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from engine_fixtures.errors import ConfigError
+from engine_fixtures.inject import Injection, parse_injection
 
 Parser = Callable[[str], Any]
 
@@ -59,6 +60,13 @@ def parse_percent(text: str) -> float:
     """``5`` or ``5%`` -> 0.05."""
     value = parse_positive_float(text.strip().rstrip("%"))
     return value / 100.0
+
+
+def _parse_injection(text: str) -> Injection:
+    try:
+        return parse_injection(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_choice(*choices: str) -> Parser:
@@ -128,13 +136,26 @@ OPTIONS: tuple[Option, ...] = (
            Path(".perf-results"), "DIR"),
     Option("update_baselines", "Write this run's results as the new baselines (same as 'perf-baseline update').",
            parse_bool, False, flag=True),
-    Option("judge_baselines", "Judge results against the stored baselines. 'no' records them and shows the "
-           "baseline and delta as report-only (for shared VMs whose level drifts between runs); cross-arm "
-           "invariants, which compare arms measured in the same run, are judged either way.", parse_bool, True,
-           "yes|no"),
-    Option("repeats", "Measured repeats per scenario (warmup is extra and kept apart).", parse_positive_int, 5, "N"),
-    Option("tolerance", "Override every gated metric's tolerance, e.g. 10 or 10%% (default: the metric "
-           "registry's value).", parse_percent, None, "PCT"),
+    Option("accept", "Record this run's results as baselines (--perf-update-baselines) although a verdict was "
+           "regression or inconclusive; the reason is stored with the run.", str, None, "REASON"),
+    Option("strict", "Fail a test whose verdict is inconclusive (undecided at the measurement budget) or an "
+           "improvement (the baseline no longer describes the build). Default: yes when CI is set.",
+           parse_bool, None, "yes|no"),
+    Option("repeats", "Measured windows (rounds, blocks) per scenario before the first verdict; warmup is extra.",
+           parse_positive_int, 5, "N"),
+    Option("max_repeats", "Budget: while a verdict is inconclusive the runner measures more windows, up to this "
+           "many (at least --perf-repeats).", parse_positive_int, 15, "N"),
+    Option("floor", "Override every judged metric's declared floor (the smallest change ever flagged), e.g. 5 or "
+           "5%%. The tolerance itself comes from the noise measured in the pooled baseline.", parse_percent, None,
+           "PCT"),
+    Option("reference", "Judge the engine tier as a paired A/B against this reference build, measured interleaved "
+           "on this runner: venv:DIR, python:PATH, site:DIR, wheel:FILE.whl, patch:NAME=MS, env:K=V (join with "
+           "'+'). Without it, results are judged against the pooled baselines.", str, None, "BUILD"),
+    Option("inject", "Deliberate slowdowns or faults that prove the gates red (never recorded as baselines): "
+           "slow:ARM=MS (mechanism producer spins MS ms per request) and copy:ARM=IMPL (arm copies with IMPL).",
+           _parse_injection, None, "SPEC"),
+    Option("window_requests", "Measured requests per engine load window (the unit the engine tier's verdicts "
+           "count); warmup requests are extra.", parse_positive_int, 64, "N"),
     Option("scale", "Size of the CPU-tier sweep: 'smoke' (CI, minutes) or 'full' (every arm).",
            parse_choice("smoke", "full"), "smoke", "smoke|full"),
     Option("model", "Model directory for GPU-tier engine tests (default: generate a dummy-weight one).", Path,
@@ -216,9 +237,14 @@ class Settings:
     baseline_dir: Path = Path("baselines")
     results_dir: Path = Path(".perf-results")
     update_baselines: bool = False
-    judge_baselines: bool = True
+    accept: str | None = None
+    strict: bool | None = None
     repeats: int = 5
-    tolerance: float | None = None
+    max_repeats: int = 15
+    floor: float | None = None
+    reference: str | None = None
+    inject: Injection | None = None
+    window_requests: int = 64
     scale: str = "smoke"
     model: Path | None = None
     model_shape: str = "tiny"
@@ -240,6 +266,14 @@ def settings_from_values(cli: Mapping[str, Any], ini: Mapping[str, Any], env: Ma
             value = root / value
         values[opt.name] = value
         sources[opt.name] = r.source
+    if values["strict"] is None:  # strict where a machine reads the outcome: CI
+        ci = (os.environ if env is None else env).get("CI", "")
+        values["strict"] = ci.strip().lower() not in ("", "0", "false", "no")
+        sources["strict"] = "default (CI is set)" if values["strict"] else "default (CI is not set)"
+    if values["max_repeats"] < values["repeats"]:
+        raise ConfigError(f"--perf-max-repeats {values['max_repeats']} ({sources['max_repeats']}) is below "
+                          f"--perf-repeats {values['repeats']} ({sources['repeats']}); the budget must allow the "
+                          "first look")
     return Settings(**values, sources=sources)
 
 

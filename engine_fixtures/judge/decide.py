@@ -36,7 +36,7 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
-from engine_fixtures.judge.noise import NoiseModel, pooled_sd
+from engine_fixtures.judge.noise import NoiseModel, run_within_sd
 
 Status = Literal["pass", "regression", "improvement", "inconclusive"]
 ALPHA = 0.01
@@ -90,8 +90,7 @@ def judge_history(model: NoiseModel, current: Sequence[float], sign: float, floo
     effect = sign * (float(cur.mean()) - model.level)
     if reason is not None:
         return Decision("inconclusive", effect, math.nan, math.nan, math.nan, None, reason)
-    within, _ = pooled_sd(model.within_sd, model.within_df, cur)
-    se_run, df_run = model.prediction(cur.size, within)
+    se_run, df_run = model.prediction(cur.size, run_within_sd(model, cur))
     se_ref, df_ref = model.prediction(model.typical_windows)
     threshold = max(floor, q(1 - alpha, df_run) * se_run)
     detectable = max(floor, q(1 - alpha, df_ref) * se_ref) + q(1 - beta, df_ref) * se_ref

@@ -13,11 +13,12 @@ From K runs with n_k windows: ``within_sd^2`` is the pooled variance inside runs
 ``run_sd^2`` the variance of the K run means (df = K - 1). A new run of m windows differs from the pooled
 level ``mean(run means)`` by a prediction error with variance
 
-    se^2 = (1 + 1/K) run_sd^2 + within_sd^2 (1/m - mean(1/n_k))
+    se^2 = (1 + 1/K) run_sd^2 + new_within_sd^2 / m - within_sd^2 mean(1/n_k)
 
-(for m = n this is the textbook prediction interval of one more run mean), floored at the pure-within
-value ``within_sd^2 (1/m + mean(1/n_k)/K)`` when the run means agree better than their windows predict
-(between-run variance estimated as zero). Degrees of freedom: Welch-Satterthwaite over the two terms.
+(for m = n and a new run as noisy as the pooled ones this is the textbook prediction interval of one more run
+mean), floored at the pure-within value ``new_within_sd^2/m + within_sd^2 mean(1/n_k)/K`` when the run means
+agree better than their windows predict (between-run variance estimated as zero). Degrees of freedom:
+Welch-Satterthwaite over the two terms.
 """
 
 from __future__ import annotations
@@ -121,10 +122,11 @@ class NoiseModel:
         if windows < 1:
             raise ValueError("a run has at least one window")
         k, h = self.runs, self.harmonic_term
-        sw2 = (self.within_sd if within_sd is None else within_sd) ** 2
+        base2 = self.within_sd**2
+        new2 = (self.within_sd if within_sd is None else within_sd) ** 2
         a_term = (1 + 1 / k) * self.run_sd**2
-        c_term = sw2 * (1 / windows - h)
-        floor = sw2 * (1 / windows + h / k)
+        c_term = new2 / windows - base2 * h
+        floor = new2 / windows + base2 * h / k
         var = a_term + c_term
         if var < floor:  # run means agree better than their windows predict: between-run variance ~ 0
             var, a_term, c_term = floor, 0.0, floor
@@ -132,18 +134,14 @@ class NoiseModel:
             return 0.0, math.inf
         df_m = max(k - 1, 1)
         df_w = max(self.within_df, 1)
-        denom = (a_term**2) / df_m + (c_term**2) / df_w
+        denom = (a_term**2) / df_m + (c_term**2) / df_w  # |c_term| when negative: a conservative df
         df = var**2 / denom if denom > 0 else math.inf
         return math.sqrt(var), df
 
 
-def pooled_sd(sd_a: float, df_a: int, values: Sequence[float]) -> tuple[float, int]:
-    """Pool an SD with ``df_a`` degrees of freedom and the sample SD of ``values``."""
+def run_within_sd(model: NoiseModel, values: Sequence[float]) -> float:
+    """The within-run SD to assume for a new run: its own spread when that is larger than the pool's (a run
+    noisier than its baseline must not borrow the baseline's precision), else the pool's (better estimated)."""
     arr = np.asarray(values, dtype=float)
-    df_b = len(arr) - 1
-    if df_b < 1:
-        return sd_a, df_a
-    var_b = float(arr.var(ddof=1))
-    if df_a < 1:
-        return math.sqrt(var_b), df_b
-    return math.sqrt((df_a * sd_a**2 + df_b * var_b) / (df_a + df_b)), df_a + df_b
+    own = float(arr.std(ddof=1)) if arr.size >= MIN_WINDOWS else 0.0
+    return max(model.within_sd, own)

@@ -1,45 +1,121 @@
-"""``PerfRecorder``: what the ``perf_record`` and ``perf_invariant`` fixtures do with a test's results.
+"""``PerfRecorder``: what the ``perf_record`` / ``perf_invariant`` fixtures do with a test's measurements.
 
-``PerfRecorder(session, item)(result) -> list[Verdict]`` (the ``perf_record`` fixture):
-1. records ``result`` in the ``PerfSession`` (so ``--perf-update-baselines`` / ``perf-baseline
-   update --from`` can turn it into a baseline, also when the test then skips or fails);
-2. with no stored baseline: ``pytest.skip`` whose reason names the update command;
-3. judges every metric against the baseline (tolerance: marker ``perf(tolerance=...)`` >
-   ``--perf-tolerance`` > the metric registry), attaches a "perf" report section with the table
-   and the baseline path, and ``pytest.fail`` listing every regression. ``unstable`` is reported,
-   never a failure. ``.report(result, why)`` records and shows without judging (control arms).
-``.ratio(metric, reference, current, min_ratio, label="")`` (the ``perf_invariant`` fixture) judges a
-cross-arm invariant (``gate.judge_ratio``), reports it and fails on a significant violation. ``reference``/``current``
-are RunResults (their ``samples[metric]``) or sample sequences.
+``perf_record(result) -> list[Verdict]``:
+1. judges every metric of ``result`` against the scenario's pooled baseline (``judge.verdicts``);
+2. records the result and its verdicts in the ``PerfSession`` (results JSON, reports, baseline updates);
+3. attaches the verdict table as a report section, and a failure section if the test fails;
+4. ends the test by its verdicts: any ``regression`` raises ``PerformanceRegression``; ``inconclusive``
+   raises ``Inconclusive`` in strict mode (``--perf-strict``, on when ``CI`` is set) and skips with the
+   noise it saw otherwise (never a pass); ``improvement`` raises ``StaleBaseline`` in strict mode (the
+   baseline no longer describes the build and its promise is void until it is re-recorded); a result with
+   nothing judged because no baseline exists skips with the command that records one.
+``perf_record.verdicts(result)`` judges without recording (the sequential runners use it to decide when to
+stop). ``perf_record.diagnostic(result, why)`` records a result as report-only rows (a control arm whose
+numbers measure the machine). ``perf_invariant(label, metric, reference, current, bound, paired=True)``
+judges a same-run invariant and raises ``InvariantViolated`` when it is violated.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from engine_fixtures.errors import ConfigError
-from engine_fixtures.judge.gate import Verdict, judge, judge_ratio
-from engine_fixtures.judge.metrics import metric
+from engine_fixtures.errors import ConfigError, Inconclusive, InvariantViolated, PerformanceRegression, StaleBaseline
+from engine_fixtures.judge.decide import ALPHA
+from engine_fixtures.judge.verdicts import Verdict, diagnostic, judge_invariant, judge_result
 from engine_fixtures.options import resolve
+from engine_fixtures.report.sections import add_on_failure
 from engine_fixtures.report.session import PerfSession
 from engine_fixtures.report.table import rows_for, terminal_table
-from engine_fixtures.store.baselines import MissingBaseline
+from engine_fixtures.store.baselines import UPDATE_HINT, Baseline, MissingBaseline
 from engine_fixtures.store.results import RunResult
 
+ALPHA_KEY = "alpha_per_look"  # RunResult.metadata: the per-look alpha its sequential runner decided at
 
-def marker_tolerance(item: pytest.Item, default: float | None) -> float | None:
-    """``perf(tolerance=...)``: ``10``, ``"10"`` or ``"10%"`` all mean 10 % (like --perf-tolerance)."""
+
+def marker_floor(item: pytest.Item, default: float | None) -> float | None:
+    """``perf(floor=...)``: ``5``, ``"5"`` or ``"5%"`` all mean 5 % (like --perf-floor)."""
     mark = item.get_closest_marker("perf")
-    if mark is None or mark.kwargs.get("tolerance") is None:
+    if mark is None or mark.kwargs.get("floor") is None:
         return default
-    raw = mark.kwargs["tolerance"]
+    raw = mark.kwargs["floor"]
     if isinstance(raw, (int, float)) and not isinstance(raw, bool) and raw < 1:
-        raise ConfigError(f"perf(tolerance={raw!r}) on {item.nodeid} would mean {raw}%: tolerances are in "
-                          f"percent like --perf-tolerance; write perf(tolerance={raw * 100:g}) for {raw:.0%}")
-    return resolve("tolerance", marker=(f"marker perf(tolerance=...) on {item.nodeid}", str(raw))).value
+        raise ConfigError(f"perf(floor={raw!r}) on {item.nodeid} would mean {raw}%: floors are in percent like "
+                          f"--perf-floor; write perf(floor={raw * 100:g}) for {raw:.0%}")
+    return resolve("floor", marker=(f"marker perf(floor=...) on {item.nodeid}", str(raw))).value
+
+
+def alpha_of(result: RunResult) -> float:
+    return float(result.metadata.get(ALPHA_KEY, ALPHA))
+
+
+class PerfRecorder:
+    """The callable behind ``perf_record``."""
+
+    def __init__(self, session: PerfSession, item: pytest.Item) -> None:
+        self.session = session
+        self.item = item
+
+    def baseline(self, scenario: str) -> Baseline | MissingBaseline:
+        return self.session.store.load(scenario)
+
+    @property
+    def floor(self) -> float | None:
+        return marker_floor(self.item, self.session.settings.floor)
+
+    def verdicts(self, result: RunResult, alpha: float | None = None) -> list[Verdict]:
+        """``result`` judged against its pooled baseline; nothing is recorded."""
+        base = self.baseline(result.scenario)
+        pool = base if isinstance(base, Baseline) else None
+        return judge_result(result.samples, pool, scenario=result.scenario,
+                            alpha=alpha_of(result) if alpha is None else alpha, floor=self.floor)
+
+    def __call__(self, result: RunResult) -> list[Verdict]:
+        __tracebackhide__ = True
+        base = self.baseline(result.scenario)
+        verdicts = self.verdicts(result)
+        path = self.session.store.path_for(result.scenario)
+        self.session.record(self.item.nodeid, result, verdicts, path if isinstance(base, Baseline) else None)
+        self._sections(result.scenario, result.arm, verdicts, f"baseline {path}")
+        missing = base.reason if isinstance(base, MissingBaseline) else None
+        conclude(result.scenario, verdicts, self.session.settings.strict, missing)
+        return verdicts
+
+    def diagnostic(self, result: RunResult, why: str) -> list[Verdict]:
+        """Record ``result`` as report-only rows (e.g. a control arm: its numbers are the machine's speed)."""
+        base = self.baseline(result.scenario)
+        verdicts = [diagnostic(name, values, base.runs_for(name) if isinstance(base, Baseline) else (), why)
+                    for name, values in result.samples.items()]
+        self.session.record(self.item.nodeid, result, verdicts, None)
+        self._sections(result.scenario, result.arm, verdicts, why)
+        return verdicts
+
+    def invariant(self, label: str, metric_name: str, reference: RunResult | Sequence[float],
+                  current: RunResult | Sequence[float], bound: float, paired: bool = True,
+                  alpha: float | None = None) -> Verdict:
+        __tracebackhide__ = True
+        ref = _samples(reference, metric_name)
+        cur = _samples(current, metric_name)
+        if alpha is None:
+            alphas = [alpha_of(x) for x in (reference, current) if isinstance(x, RunResult)]
+            alpha = min(alphas) if alphas else ALPHA
+        a = alpha
+        verdict = judge_invariant(label, metric_name, ref, cur, bound, paired=paired, alpha=a)
+        scenario = current.scenario if isinstance(current, RunResult) else self.item.nodeid
+        self.session.record_invariant(self.item.nodeid, scenario, verdict)
+        self._sections(scenario, {}, [verdict], "same-run invariant")
+        if verdict.status == "regression":
+            raise InvariantViolated(f"performance invariant violated: {verdict.message}")
+        if verdict.status == "inconclusive":
+            _inconclusive(self.session.settings.strict, f"invariant {label}: {verdict.message}")
+        return verdict
+
+    def _sections(self, scenario: str, arm: object, verdicts: Sequence[Verdict], where: str) -> None:
+        table = terminal_table(rows_for(scenario, arm if isinstance(arm, dict) else dict(arm), verdicts), width=110)
+        self.item.add_report_section("call", "perf", f"{where}\n{table}")
+        add_on_failure(self.item, "perf verdicts", lambda: table)
 
 
 def _samples(x: RunResult | Sequence[float], name: str) -> Sequence[float]:
@@ -50,63 +126,34 @@ def _samples(x: RunResult | Sequence[float], name: str) -> Sequence[float]:
     return x
 
 
-class PerfRecorder:
-    """The callable behind ``perf_record``."""
+def _inconclusive(strict: bool, text: str) -> None:
+    __tracebackhide__ = True
+    if strict:
+        raise Inconclusive(text + "\n(strict mode: an undecided verdict fails; --perf-strict no only reports it)")
+    pytest.skip(f"inconclusive, not a pass: {text}")
 
-    def __init__(self, session: PerfSession, item: pytest.Item) -> None:
-        self.session = session
-        self.item = item
 
-    def __call__(self, result: RunResult) -> list[Verdict]:
-        settings = self.session.settings
-        tolerance = marker_tolerance(self.item, settings.tolerance)
-        if not settings.judge_baselines:
-            return self.report(result, f"--perf-judge-baselines no from {settings.sources['judge_baselines']}")
-        baseline = self.session.store.load(result.scenario)
-        if isinstance(baseline, MissingBaseline):
-            verdicts = [judge(name, None, values) for name, values in result.samples.items()]
-            self.session.record(self.item.nodeid, result, verdicts, None)
-            self._section(result, verdicts, baseline.path, "missing")
-            pytest.skip(baseline.reason)
-        verdicts = [judge(name, baseline.samples.get(name), values, tolerance)
-                    for name, values in result.samples.items()]
-        path = self.session.store.path_for(result.scenario)
-        self.session.record(self.item.nodeid, result, verdicts, path)
-        self._section(result, verdicts, path, "baseline")
-        regressions = [v for v in verdicts if v.status == "regression"]
-        if regressions:
-            lines = "\n".join(f"  {v.message}" for v in regressions)
-            pytest.fail(f"performance regression in {result.scenario} (baseline {path}):\n{lines}\n"
-                        "If this change is intended, update the baseline with "
-                        "`perf-baseline update --from <results.json>` or `pytest --perf-update-baselines`.",
-                        pytrace=False)
-        return verdicts
-
-    def report(self, result: RunResult, why: str) -> list[Verdict]:
-        """Record ``result`` and show it next to its baseline, judging nothing: for control arms whose absolute
-        numbers measure the machine rather than the code (``why`` says which). Never skips, never fails."""
-        baseline = self.session.store.load(result.scenario)
-        base = {} if isinstance(baseline, MissingBaseline) else baseline.samples
-        verdicts = []
-        for name, values in result.samples.items():
-            v = judge(name, base.get(name), values)
-            verdicts.append(replace(v, status="report-only", p_value=None,
-                                    message=f"{name}: reported, not judged ({why})"))
-        self.session.record(self.item.nodeid, result, verdicts, None)
-        self._section(result, verdicts, why, "report only")
-        return verdicts
-
-    def _section(self, result: RunResult, verdicts: list[Verdict], path: object, label: str) -> None:
-        table = terminal_table(rows_for(result.scenario, result.arm, verdicts), width=110)
-        self.item.add_report_section("call", "perf", f"{label}: {path}\n{table}")
-
-    def ratio(self, metric_name: str, reference: RunResult | Sequence[float],
-              current: RunResult | Sequence[float], min_ratio: float, label: str = "") -> Verdict:
-        m = metric(metric_name)
-        verdict = judge_ratio(m, _samples(reference, m.name), _samples(current, m.name), min_ratio, label)
-        scenario = current.scenario if isinstance(current, RunResult) else self.item.nodeid
-        self.session.record_invariant(self.item.nodeid, scenario, verdict)
-        self.item.add_report_section("call", "perf invariant", verdict.message)
-        if verdict.status == "regression":
-            pytest.fail(f"performance invariant violated: {verdict.message}", pytrace=False)
-        return verdict
+def conclude(scenario: str, verdicts: Sequence[Verdict], strict: bool, missing: str | None = None,
+             where: str | Path = "") -> None:
+    """End a test by its verdicts (see the module docstring)."""
+    __tracebackhide__ = True
+    regressions = [v for v in verdicts if v.status == "regression"]
+    if regressions:
+        lines = "\n".join(f"  {v.message}" for v in regressions)
+        raise PerformanceRegression(f"performance regression in {scenario}:\n{lines}\nIf the change is intended, "
+                                    "re-record the baseline: `perf-baseline update --from-runs 3 --accept REASON`")
+    undecided = [v for v in verdicts if v.status == "inconclusive"]
+    if undecided:
+        _inconclusive(strict, f"{scenario}:\n" + "\n".join(f"  {v.message}" for v in undecided))
+    better = [v for v in verdicts if v.status == "improvement"]
+    if better and strict:
+        lines = "\n".join(f"  {v.message}" for v in better)
+        raise StaleBaseline(f"improvement in {scenario}: the baseline no longer describes this build, so a later "
+                            f"regression back to the old level would pass unseen:\n{lines}\nRecord it: "
+                            "`perf-baseline update --from-runs 3` (after the change has landed)")
+    if not any(v.is_verdict for v in verdicts):
+        building = next((v.message for v in verdicts if v.status == "no-baseline"), None)
+        if missing is None and building is None:
+            raise ConfigError(f"{scenario}: no metric of this result is judged (all are diagnostics); a number no "
+                              "verdict reads is not a test: record it with perf_record.diagnostic(result, why)")
+        pytest.skip(missing or f"{scenario}: {building}: {UPDATE_HINT}")

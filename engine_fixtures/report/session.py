@@ -9,13 +9,15 @@ Wiring (plugin.py, at the end of ``pytest_configure``)::
 so its ``pytest_sessionfinish`` / ``pytest_terminal_summary`` hooks run (pytest-benchmark style).
 At session end it writes ``results-<UTC stamp>.json``, ``summary.md`` and ``report.html`` into
 ``Settings.results_dir`` (appends the Markdown to ``$GITHUB_STEP_SUMMARY`` when set) and, with
-``Settings.update_baselines``, writes one baseline per recorded result atomically and says so.
+``Settings.update_baselines``, adds this run to each scenario's pooled baseline, guarded like
+``perf-baseline update`` (``store.update``), and says what it added and what it refused.
 Nothing is written when no result was recorded. xdist workers never write.
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +26,14 @@ from typing import Any
 import pytest
 
 from engine_fixtures.errors import ConfigError
-from engine_fixtures.judge.gate import Verdict
+from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.options import SETTINGS_KEY, Settings
 from engine_fixtures.report.table import Row, markdown, rows_for, terminal_table
-from engine_fixtures.store.baselines import Baseline, BaselineStore, atomic_write_text
+from engine_fixtures.store.baselines import UPDATE_HINT, BaselineStore
+from engine_fixtures.store.files import atomic_write_text
 from engine_fixtures.store.results import ResultsFile, RunResult
 from engine_fixtures.store.runmeta import run_metadata
+from engine_fixtures.store.update import apply, describe, plan_update
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,7 @@ class Record:
 
 
 class PerfSession:
-    """Per-run state: recorded results and verdicts; writes reports at the end."""
+    """Per-run state: recorded results and verdicts; writes reports and guarded baseline updates at the end."""
 
     def __init__(self, settings: Settings, machine_key: str,
                  machine: Mapping[str, Any] | None = None) -> None:
@@ -54,8 +58,11 @@ class PerfSession:
         self.records: list[Record] = []
         self.written: list[Path] = []
         self.baselines_written: list[Path] = []
+        self.update_lines: list[str] = []
         self.errors: list[str] = []
         self.findings: list[str] = []  # facts about the system under test worth a reader's eye (not verdicts)
+        self.reference = ""  # the build an A/B run compared against (set by the A/B runner)
+        self.run_token = uuid.uuid4().hex[:8]  # two runs in one second are still two runs
 
     def record(self, nodeid: str, result: RunResult, verdicts: Sequence[Verdict],
                baseline_path: Path | None) -> None:
@@ -69,18 +76,36 @@ class PerfSession:
     def rows(self) -> list[Row]:
         return [row for rec in self.records for row in rows_for(rec.scenario, rec.arm, rec.verdicts)]
 
+    def verdict_statuses(self) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        for rec in self.records:
+            if rec.arm:
+                out.setdefault(rec.scenario, {}).update({v.metric: v.status for v in rec.verdicts})
+        return out
+
+    @property
+    def injection(self) -> str:
+        inj = self.settings.inject
+        return inj.describe() if inj else ""
+
     def results_file(self, meta: Mapping[str, Any] | None = None) -> ResultsFile:
         meta = dict(meta or run_metadata())
+        run_id = f"{self.machine_key}@{meta['date']}#{self.run_token}"
         return ResultsFile(results=tuple(self.results), machine_key=self.machine_key, machine=self.machine,
-                           suite_commit=meta["suite_commit"], date=meta["date"], command=meta["command"],
-                           versions=meta["versions"])
+                           run_id=run_id, suite_commit=meta["suite_commit"], date=meta["date"], command=meta["command"],
+                           versions=meta["versions"], verdicts=self.verdict_statuses(), injection=self.injection,
+                           reference=self.reference)
 
-    def write_baselines(self, meta: Mapping[str, Any]) -> list[Path]:
-        """One baseline per recorded scenario (the last result wins), atomically."""
-        latest = {r.scenario: r for r in self.results}
-        extra = {**meta, "machine": self.machine}
-        return [self.store.write(Baseline.from_result(r, self.machine_key, extra, self.settings.tolerance))
-                for r in latest.values()]
+    def write_baselines(self, results: ResultsFile) -> list[Path]:
+        """Add this run to each scenario's pool, guarded (``store.update``); says what it did and refused."""
+        latest = {r.scenario: r for r in results.results}  # a scenario measured twice: the last result is the run
+        run = ResultsFile(tuple(latest.values()), results.machine_key, results.machine, results.suite_commit,
+                          results.date, results.command, results.versions, results.run_id, results.verdicts,
+                          results.injection, results.reference)
+        plans = plan_update(self.store, [run], accept=self.settings.accept)
+        for plan in plans:
+            self.update_lines += describe(plan)
+        return apply(self.store, plans)
 
     def finish(self) -> None:
         """Write results, reports and (if asked) baselines. Idempotent per recorded state."""
@@ -92,13 +117,14 @@ class PerfSession:
         out = Path(self.settings.results_dir)
         out.mkdir(parents=True, exist_ok=True)
         stamp = meta["date"].replace(":", "").replace("+0000", "Z")
+        results = self.results_file(meta)
         results_path = out / f"results-{stamp}.json"
-        atomic_write_text(results_path, self.results_file(meta).dumps())
+        atomic_write_text(results_path, results.dumps())
         md = markdown(self.rows(), self.notes())
         atomic_write_text(out / "summary.md", md)
         self.written = [results_path, out / "summary.md"]
         try:
-            self.written.append(write_html(out / "report.html", self.results_file(meta), self.rows()))
+            self.written.append(write_html(out / "report.html", results, self.rows()))
         except Exception as exc:  # a plot failure must not hide the verdicts
             self.errors.append(f"HTML report failed: {type(exc).__name__}: {exc}")
         step = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -106,15 +132,19 @@ class PerfSession:
             with open(step, "a", encoding="utf-8") as fh:
                 fh.write(md)
         if self.settings.update_baselines and self.results:
-            self.baselines_written = self.write_baselines(meta)
+            self.baselines_written = self.write_baselines(results)
 
     def notes(self) -> list[str]:
-        notes = [f"machine key `{self.machine_key}`, baselines in `{self.store.dir}`"]
+        notes = [f"machine key `{self.machine_key}`, baselines in `{self.store.dir}`, "
+                 f"strict mode {'on' if self.settings.strict else 'off'} ({self.settings.sources.get('strict', '')})"]
+        if self.injection:
+            notes.append(f"INJECTED: {self.injection} (deliberate slowdowns/faults; never recorded as baselines)")
+        if self.reference:
+            notes.append(f"A/B against the reference build `{self.reference}`")
         notes += [f"finding: {f}" for f in self.findings]
-        if any(v.status == "no-baseline" for rec in self.records for v in rec.verdicts) or any(
-                rec.baseline_path is None for rec in self.records if rec.arm):
-            notes.append("missing baselines: run `perf-baseline update --from <results.json>` or "
-                         "`pytest --perf-update-baselines`")
+        if any(v.status == "no-baseline" for rec in self.records for v in rec.verdicts):
+            notes.append(f"no-baseline rows: record this machine's baselines from >= 3 independent runs with "
+                         f"{UPDATE_HINT}")
         return notes
 
     # pytest hooks of the registered plugin object
@@ -132,10 +162,12 @@ class PerfSession:
         tr = terminalreporter
         tr.write_sep("=", "perf summary")
         tr.write(terminal_table(self.rows(), width=tr._tw.fullwidth, color=tr.hasmarkup))
+        for note in self.notes():
+            tr.write_line(f"perf: {note}")
         for path in self.written:
             tr.write_line(f"perf: wrote {path}")
-        for path in self.baselines_written:
-            tr.write_line(f"perf: updated baseline {path}")
+        for line in self.update_lines:
+            tr.write_line(f"perf: baseline {line}")
         for err in self.errors:
             tr.write_line(f"perf: {err}", red=True)
 

@@ -1,6 +1,9 @@
 """Report rows and their text renderings: terminal table (rich) and Markdown (GitHub step summary).
 
-Rows are ordered by verdict severity (``gate.STATUSES``: regressions first), then scenario, metric.
+Rows are ordered by verdict severity (``verdicts.STATUSES``: regressions first), then scenario, metric.
+Columns: the value measured now, the baseline's (or reference's) level, the change, ``catches``: the change in
+the bad direction this gate promises to catch with >= 90 % probability from the noise it measured, the
+runs pooled (or windows/blocks), and the verdict.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
-from engine_fixtures.judge.gate import STATUSES, Verdict
 from engine_fixtures.judge.metrics import is_known, metric
+from engine_fixtures.judge.verdicts import STATUSES, Verdict
 
-COLUMNS = ("scenario", "arm", "metric", "value", "baseline", "delta", "verdict")
-_STYLE = {"regression": "bold red", "unstable": "yellow", "no-baseline": "cyan", "improvement": "green"}
+COLUMNS = ("scenario", "arm", "metric", "value", "baseline", "delta", "catches", "n", "verdict")
+NUMERIC = ("value", "baseline", "delta", "catches", "n")
+_STYLE = {"regression": "bold red", "inconclusive": "bold yellow", "improvement": "magenta",
+          "no-baseline": "cyan", "pass": "green"}
 
 
 @dataclass(frozen=True)
@@ -28,10 +33,14 @@ class Row:
     def cells(self) -> tuple[str, ...]:
         v = self.verdict
         unit = metric(v.metric).unit if is_known(v.metric) else ""
-        value = "-" if v.current_median is None else f"{v.current_median:.4g} {unit}".strip()
-        base = "-" if v.baseline_median is None else f"{v.baseline_median:.4g}"
-        delta = "-" if v.delta is None else f"{v.delta:+.1%}"
-        return (self.scenario, self.arm, v.metric, value, base, delta, v.status)
+        value = "-" if v.current is None else f"{v.current:.4g} {unit}".strip()
+        base = "-" if v.baseline is None else f"{v.baseline:.4g}"
+        delta = v.change_text(v.delta)
+        catches = "-" if v.detectable is None else (
+            f"{v.detectable:.1%}" if v.scale == "log" else f"{v.detectable:.3g}")
+        n = f"{v.runs} runs" if v.runs else (f"{v.windows} {'blocks' if v.kind == 'paired' else 'win'}"
+                                            if v.windows else "-")
+        return (self.scenario, self.arm, v.metric, value, base, delta, catches, n, v.status)
 
 
 def arm_text(arm: Mapping[str, str]) -> str:
@@ -61,7 +70,7 @@ def terminal_table(rows: Sequence[Row], width: int = 120, color: bool = False) -
     cols = tuple(c for c in COLUMNS if c != "arm")
     table = Table(title="performance verdicts", show_lines=False)
     for name in cols:
-        table.add_column(name, no_wrap=True, justify="right" if name in ("value", "baseline", "delta") else "left")
+        table.add_column(name, no_wrap=True, justify="right" if name in NUMERIC else "left")
     for r in ordered(rows):
         cells = dict(zip(COLUMNS, r.cells(), strict=True))
         table.add_row(*(cells[c] for c in cols), style=_STYLE.get(r.verdict.status))

@@ -1,150 +1,186 @@
-"""Machine-keyed baseline files with atomic writes and format migrations.
+"""Pooled, machine-keyed baselines: K independent runs per scenario, so the spread between runs is measured.
 
-Layout: ``<root>/<machine_key>/<file name>.json``, one file per scenario.
+Layout: ``<root>/<machine_key>/<scenario file name>.json`` (``store.files``), one file per scenario.
 
-File names: a scenario id such as ``mech/copy=torch/quota=0.5`` contains ``/``; the file name is
-``urllib.parse.quote(scenario, safe="=,+-_.")`` (so ``/`` -> ``%2F``, ``%`` -> ``%25``, spaces
-``%20``) plus ``.json``; ``scenario_of(file_name)`` is the exact inverse (``unquote``). Ids that
-would start with ``.`` get it escaped as ``%2E`` so no baseline is ever a hidden/temp file.
+Format (``BASELINE_FORMAT_VERSION`` = 3; sorted keys, 2-space indent)::
 
-Format (``BASELINE_FORMAT_VERSION`` = 2): sorted keys, 2-space indent, newline at the end::
+    {"format_version": 3, "scenario": ..., "arm": {...}, "machine_key": ...,
+     "runs": [{"run_id", "date", "suite_commit", "command", "versions", "verdict", "accepted",
+               "samples": {metric: [one value per window]}, "warmup": {...}, "metadata": {...}}, ...],
+     "noise": {metric: {"runs", "windows", "level", "between_cv", "within_cv", "detectable"}},
+     "metadata": {...}}
 
-    {"format_version": 2, "scenario": ..., "arm": {...}, "machine_key": ...,
-     "metrics": {name: {"samples": [...], "warmup": [...], "summary": {n, median, mean, stdev, cv,
-                 min, max}, "tolerance": 0.1, "direction": "higher", "unit": "req/s", "gates": true}},
-     "metadata": {suite_commit, date, command, versions, machine, ...}}
-
-Version 1 (``{"version": 1, "scenario", "arm", "samples", "metadata"}``, no summaries or tolerances)
-is migrated on read by ``migrate_v1_to_v2``; ``perf-baseline migrate`` rewrites such files on disk.
+Each run is one independent measurement (its own process and engine start); ``verdict`` is what that run was
+judged (``unjudged`` for runs recorded before verdicts existed) and ``accepted`` the reason given with
+``--accept`` when a run judged ``regression``/``inconclusive`` was recorded anyway. ``noise`` is derived on
+every write (for people reading a diff); the judge recomputes it from the runs. A pool keeps the newest
+``MAX_RUNS`` runs. Formats 1 and 2 (one run, no pool) migrate on read into a one-run pool, which judges
+nothing until more runs are added: between-run spread needs ``MIN_RUNS`` runs.
 Unknown versions and corrupted files raise ``BaselineError`` naming the file and the command to run.
-
-Writes are atomic: temp file in the same directory, fsync, ``os.replace``, fsync of the directory.
-A writer killed at any moment leaves the old or the new file, never a torn one (an orphaned
-``.<name>.*.tmp`` may remain; listings ignore it).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
-import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from engine_fixtures.errors import BaselineError
+from engine_fixtures.judge.decide import ALPHA, BETA, q
 from engine_fixtures.judge.metrics import metric
-from engine_fixtures.judge.summary import summarize
-from engine_fixtures.store.results import RunResult
+from engine_fixtures.judge.noise import MIN_RUNS, NoiseModel
+from engine_fixtures.store.files import atomic_write_text, dumps, file_name_of, scenario_of
+from engine_fixtures.store.results import ResultsFile, RunResult
 
-BASELINE_FORMAT_VERSION = 2
-UPDATE_HINT = "perf-baseline update --from <results.json>` or `pytest --perf-update-baselines"
-_SAFE = "=,+-_."
+BASELINE_FORMAT_VERSION = 3
+MAX_RUNS = 10
+UPDATE_HINT = ("`perf-baseline update --from-runs 3` (pools the newest 3 clean runs in .perf-results) or "
+               "`pytest --perf-update-baselines` once per run")
 
-
-def file_name_of(scenario: str) -> str:
-    """Filesystem-safe, reversible file name of a scenario id (see module docstring)."""
-    name = urllib.parse.quote(scenario, safe=_SAFE)
-    if name.startswith("."):
-        name = "%2E" + name[1:]
-    if len(name) + len(".json") > 255:
-        raise BaselineError(f"scenario id {scenario!r} is too long for a baseline file name "
-                            f"({len(name)} chars encoded); shorten the scenario id")
-    return name + ".json"
+Samples = Mapping[str, tuple[float, ...]]
 
 
-def scenario_of(file_name: str) -> str:
-    """Inverse of ``file_name_of``."""
-    if not file_name.endswith(".json"):
-        raise ValueError(f"not a baseline file name: {file_name!r}")
-    return urllib.parse.unquote(file_name[: -len(".json")])
+def _freeze(raw: Mapping[str, Sequence[float]]) -> Samples:
+    return MappingProxyType({k: tuple(float(x) for x in v) for k, v in sorted(raw.items())})
+
+
+@dataclass(frozen=True)
+class BaselineRun:
+    """One pooled run: its windows per metric and where it came from."""
+
+    run_id: str
+    date: str
+    samples: Samples
+    warmup: Samples = field(default_factory=lambda: MappingProxyType({}))
+    suite_commit: str = ""
+    command: str = ""
+    versions: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    verdict: str = "unjudged"
+    accepted: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def from_result(cls, result: RunResult, results: ResultsFile, accepted: str | None = None) -> BaselineRun:
+        return cls(results.run_id, results.date, result.samples, result.warmup, results.suite_commit,
+                   results.command, dict(results.versions), results.outcome(result.scenario), accepted,
+                   dict(result.metadata))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "date": self.date, "suite_commit": self.suite_commit, "command": self.command,
+                "versions": dict(self.versions), "verdict": self.verdict, "accepted": self.accepted,
+                "samples": {k: list(v) for k, v in self.samples.items()},
+                "warmup": {k: list(v) for k, v in self.warmup.items()}, "metadata": dict(self.metadata)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BaselineRun:
+        return cls(str(data["run_id"]), str(data.get("date", "")), _freeze(data["samples"]),
+                   _freeze(data.get("warmup", {})), data.get("suite_commit", ""), data.get("command", ""),
+                   MappingProxyType(dict(data.get("versions", {}))), data.get("verdict", "unjudged"),
+                   data.get("accepted"), MappingProxyType(dict(data.get("metadata", {}))))
 
 
 @dataclass(frozen=True)
 class Baseline:
-    """A stored baseline: raw samples per metric (warmup apart), tolerances used, metadata."""
+    """A scenario's pool of runs on one machine key."""
 
     scenario: str
     arm: Mapping[str, str]
     machine_key: str
-    samples: Mapping[str, tuple[float, ...]]
-    warmup: Mapping[str, tuple[float, ...]] = field(default_factory=lambda: MappingProxyType({}))
-    tolerances: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    runs: tuple[BaselineRun, ...]
     metadata: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
-    @classmethod
-    def from_result(cls, result: RunResult, machine_key: str, metadata: Mapping[str, Any] | None = None,
-                    tolerance: float | None = None) -> Baseline:
-        """``tolerance`` (e.g. ``--perf-tolerance``) overrides the registry's value for gated metrics."""
-        tolerances = {}
-        for name in result.samples:
+    def runs_for(self, name: str) -> list[tuple[float, ...]]:
+        """Per-run windows of ``name`` (runs that did not measure it are left out)."""
+        return [r.samples[name] for r in self.runs if r.samples.get(name)]
+
+    def metric_names(self) -> list[str]:
+        return sorted({n for r in self.runs for n in r.samples})
+
+    def with_run(self, run: BaselineRun, max_runs: int = MAX_RUNS) -> Baseline:
+        """This pool plus ``run`` (a run id already pooled is replaced), keeping the newest ``max_runs``."""
+        kept = [r for r in self.runs if r.run_id != run.run_id] + [run]
+        return replace(self, runs=tuple(kept[-max_runs:]))
+
+    def noise(self) -> dict[str, dict[str, Any]]:
+        """Per judged metric: runs, windows, level and the spread between and within runs, and what the pool
+        promises to catch (derived; for people reading the file)."""
+        out: dict[str, dict[str, Any]] = {}
+        for name in self.metric_names():
             m = metric(name)
-            tolerances[name] = tolerance if tolerance is not None and m.gates else m.tolerance
-        return cls(result.scenario, result.arm, machine_key, result.samples, result.warmup, tolerances,
-                   {**result.metadata, **(metadata or {})})
+            runs = self.runs_for(name)
+            if not m.judged or not runs:
+                continue
+            model = NoiseModel.fit([m.scale.forward(r) for r in runs])
+            entry: dict[str, Any] = {"runs": model.runs, "windows": list(model.windows),
+                                     "level": _round(math.exp(model.level) if m.scale.name == "log" else model.level),
+                                     "between_sd": _round(model.between_sd), "within_sd": _round(model.within_sd),
+                                     "scale": m.scale.name}
+            if model.runs >= MIN_RUNS:
+                se, df = model.prediction(model.typical_windows)
+                size = max(m.scale_floor, q(1 - ALPHA, df) * se) + q(1 - BETA, df) * se
+                entry["detectable"] = _round(math.expm1(size) if m.scale.name == "log" else size)
+            out[name] = entry
+        return out
 
     def to_json(self) -> dict[str, Any]:
-        metrics: dict[str, Any] = {}
-        for name, values in self.samples.items():
-            m = metric(name)
-            metrics[name] = {
-                "samples": list(values),
-                "warmup": list(self.warmup.get(name, ())),
-                "summary": summarize(values).to_json(),
-                "tolerance": self.tolerances.get(name, m.tolerance),
-                "direction": m.direction,
-                "unit": m.unit,
-                "gates": m.gates,
-            }
-        return {
-            "format_version": BASELINE_FORMAT_VERSION,
-            "scenario": self.scenario,
-            "arm": dict(self.arm),
-            "machine_key": self.machine_key,
-            "metrics": metrics,
-            "metadata": dict(self.metadata),
-        }
+        return {"format_version": BASELINE_FORMAT_VERSION, "scenario": self.scenario, "arm": dict(self.arm),
+                "machine_key": self.machine_key, "runs": [r.to_json() for r in self.runs], "noise": self.noise(),
+                "metadata": dict(self.metadata)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Baseline:
-        metrics = data["metrics"]
-        return cls(
-            scenario=data["scenario"],
-            arm=MappingProxyType(dict(data.get("arm", {}))),
-            machine_key=data["machine_key"],
-            samples=MappingProxyType({k: tuple(map(float, v["samples"])) for k, v in metrics.items()}),
-            warmup=MappingProxyType({k: tuple(map(float, v.get("warmup", ()))) for k, v in metrics.items()}),
-            tolerances=MappingProxyType({k: float(v["tolerance"]) for k, v in metrics.items()}),
-            metadata=MappingProxyType(dict(data.get("metadata", {}))),
-        )
+        runs = tuple(BaselineRun.from_json(r) for r in data["runs"])
+        if not runs:
+            raise ValueError("a baseline without runs")
+        return cls(data["scenario"], MappingProxyType(dict(data.get("arm", {}))), data["machine_key"], runs,
+                   MappingProxyType(dict(data.get("metadata", {}))))
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.6g}")
 
 
 @dataclass(frozen=True)
 class MissingBaseline:
-    """No baseline for this scenario on this machine: the caller skips with ``reason``."""
+    """No baseline for this scenario on this machine key."""
 
     scenario: str
     path: Path
 
     @property
     def reason(self) -> str:
-        return (f"no baseline for {self.scenario!r} at {self.path}; create it with "
-                f"`{UPDATE_HINT}` (this run's result was recorded)")
+        return (f"no baseline for {self.scenario!r} at {self.path}; record one from >= {MIN_RUNS} independent "
+                f"runs with {UPDATE_HINT} (this run's result was recorded)")
 
 
 def migrate_v1_to_v2(data: Mapping[str, Any], machine_key: str) -> dict[str, Any]:
-    """v1 had flat ``samples`` and no summaries or tolerances: add them from the metric registry."""
-    result = RunResult(scenario=data["scenario"], arm=data.get("arm", {}), samples=data["samples"],
-                       warmup=data.get("warmup", {}), metadata=data.get("metadata", {}))
-    return Baseline.from_result(result, machine_key).to_json()
+    """v1 had flat ``samples`` and no summaries: v2's per-metric layout."""
+    metrics = {k: {"samples": list(v), "warmup": list(data.get("warmup", {}).get(k, ()))}
+               for k, v in data["samples"].items()}
+    return {"format_version": 2, "scenario": data["scenario"], "arm": data.get("arm", {}), "machine_key": machine_key,
+            "metrics": metrics, "metadata": data.get("metadata", {})}
+
+
+def migrate_v2_to_v3(data: Mapping[str, Any], machine_key: str) -> dict[str, Any]:
+    """v2 held one run's samples: it becomes a pool of that one run (its verdict unknown)."""
+    meta = dict(data.get("metadata", {}))
+    run = {"run_id": f"{machine_key}@{meta.get('date', 'unknown')}", "date": meta.get("date", ""),
+           "suite_commit": meta.get("suite_commit", ""), "command": meta.get("command", ""),
+           "versions": meta.get("versions", {}), "verdict": "unjudged", "accepted": None,
+           "samples": {k: v["samples"] for k, v in data["metrics"].items()},
+           "warmup": {k: v.get("warmup", []) for k, v in data["metrics"].items()},
+           "metadata": {k: v for k, v in meta.items() if k not in ("date", "suite_commit", "command", "versions",
+                                                                     "machine")}}
+    return {"format_version": 3, "scenario": data["scenario"], "arm": data.get("arm", {}), "machine_key": machine_key,
+            "runs": [run], "metadata": {"machine": meta.get("machine", {}), "migrated_from": 2}}
 
 
 MIGRATIONS: Mapping[int, Callable[[Mapping[str, Any], str], dict[str, Any]]] = MappingProxyType(
-    {1: migrate_v1_to_v2}
+    {1: migrate_v1_to_v2, 2: migrate_v2_to_v3}
 )
 
 
@@ -152,31 +188,6 @@ def format_version_of(data: Any) -> Any:
     if not isinstance(data, dict):
         return None
     return data.get("format_version", data.get("version"))
-
-
-def dumps(data: Mapping[str, Any]) -> str:
-    return json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically and durably (temp + fsync + rename + dir fsync)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class BaselineStore:
@@ -197,13 +208,10 @@ class BaselineStore:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise BaselineError(
-                f"baseline file {path} is corrupted ({exc}); restore it from git or recreate it with "
-                f"`{UPDATE_HINT}`"
-            ) from None
+            raise BaselineError(f"baseline file {path} is corrupted ({exc}); restore it from git "
+                                f"(`git checkout -- {path}`) or recreate it with {UPDATE_HINT}") from None
         if not isinstance(data, dict):
-            raise BaselineError(f"baseline file {path} is not a JSON object; "
-                                f"recreate it with `{UPDATE_HINT}`")
+            raise BaselineError(f"baseline file {path} is not a JSON object; recreate it with {UPDATE_HINT}")
         return data
 
     def load(self, scenario: str) -> Baseline | MissingBaseline:
@@ -218,22 +226,19 @@ class BaselineStore:
         if version in MIGRATIONS:
             data = self._migrate(path, data)
         elif version != BASELINE_FORMAT_VERSION:
-            raise BaselineError(
-                f"baseline file {path} has format version {version!r}, this suite reads "
-                f"{BASELINE_FORMAT_VERSION} (and migrates {sorted(MIGRATIONS)}); "
-                f"recreate it with `{UPDATE_HINT}`"
-            )
+            raise BaselineError(f"baseline file {path} has format version {version!r}; this suite reads "
+                                f"{BASELINE_FORMAT_VERSION} (and migrates {sorted(MIGRATIONS)}); recreate it with "
+                                f"{UPDATE_HINT}")
         try:
             baseline = Baseline.from_json(data)
-            for name in baseline.samples:
+            for name in baseline.metric_names():
                 metric(name)
         except (KeyError, TypeError, ValueError) as exc:
-            raise BaselineError(
-                f"baseline file {path} is malformed ({exc}); recreate it with `{UPDATE_HINT}`"
-            ) from None
+            raise BaselineError(f"baseline file {path} is malformed ({exc}); restore it from git or recreate it "
+                                f"with {UPDATE_HINT}") from None
         if baseline.scenario != scenario_of(path.name):
             raise BaselineError(f"baseline file {path} holds scenario {baseline.scenario!r}, not "
-                                f"{scenario_of(path.name)!r}; recreate it with `{UPDATE_HINT}`")
+                                f"{scenario_of(path.name)!r}; recreate it with {UPDATE_HINT}")
         return baseline
 
     def _migrate(self, path: Path, data: dict[str, Any]) -> dict[str, Any]:
@@ -241,9 +246,9 @@ class BaselineStore:
         while version in MIGRATIONS:
             try:
                 data = MIGRATIONS[version](data, self.machine_key)
-            except (KeyError, TypeError, ValueError) as exc:
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 raise BaselineError(f"baseline file {path} (format {version}) cannot be migrated ({exc}); "
-                                    f"recreate it with `{UPDATE_HINT}`") from None
+                                    f"recreate it with {UPDATE_HINT}") from None
             version = format_version_of(data)
         return data
 
@@ -255,6 +260,16 @@ class BaselineStore:
         path = self.path_for(baseline.scenario)
         atomic_write_text(path, dumps(baseline.to_json()))
         return path
+
+    def pooled_with(self, result: RunResult, run: BaselineRun, machine: Mapping[str, Any] | None = None,
+                    replace_pool: bool = False, max_runs: int = MAX_RUNS) -> Baseline:
+        """The scenario's pool with ``run`` added (or a new pool of it alone with ``replace_pool``)."""
+        current = None if replace_pool else self.load(result.scenario)
+        meta = {"machine": dict(machine or {})}
+        if isinstance(current, Baseline):
+            return replace(current.with_run(run, max_runs), metadata=MappingProxyType({**current.metadata, **meta}))
+        return Baseline(result.scenario, MappingProxyType(dict(result.arm)), self.machine_key, (run,),
+                        MappingProxyType(meta))
 
     def paths(self) -> Iterator[Path]:
         """Baseline files of this machine key (temp files ignored), sorted."""

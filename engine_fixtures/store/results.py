@@ -23,7 +23,8 @@ from typing import Any
 from engine_fixtures.errors import BaselineError
 from engine_fixtures.judge.metrics import metric
 
-RESULTS_FORMAT_VERSION = 1
+RESULTS_FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 Samples = Mapping[str, tuple[float, ...]]
 
@@ -87,9 +88,16 @@ class RunResult:
             raise ValueError(f"a run result is missing the key {exc}") from None
 
 
+OUTCOME_ORDER = ("regression", "inconclusive", "improvement", "pass")
+
+
 @dataclass(frozen=True)
 class ResultsFile:
-    """All results of one run plus the run's metadata (what ``--perf-results-dir`` receives)."""
+    """All results of one run plus the run's metadata and verdicts (what ``--perf-results-dir`` receives).
+
+    ``verdicts[scenario][metric]`` is each row's status; ``injection`` names a deliberate slowdown or fault
+    (``--perf-inject``, a patched build) and ``reference`` the build an A/B run compared against: runs with
+    either are never turned into baselines. Format 1 files (no verdicts) are still read."""
 
     results: tuple[RunResult, ...]
     machine_key: str
@@ -98,22 +106,39 @@ class ResultsFile:
     date: str = ""  # ISO 8601, UTC
     command: str = ""
     versions: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    run_id: str = ""
+    verdicts: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: MappingProxyType({}))
+    injection: str = ""
+    reference: str = ""
     format_version: int = RESULTS_FORMAT_VERSION
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "results", tuple(self.results))
         object.__setattr__(self, "machine", MappingProxyType(dict(self.machine)))
         object.__setattr__(self, "versions", MappingProxyType(dict(self.versions)))
+        object.__setattr__(self, "verdicts", MappingProxyType({k: MappingProxyType(dict(v))
+                                                               for k, v in self.verdicts.items()}))
+        if not self.run_id:
+            object.__setattr__(self, "run_id", f"{self.machine_key}@{self.date}")
+
+    def outcome(self, scenario: str) -> str:
+        """The scenario's worst verdict in this run (``unjudged`` when none was recorded)."""
+        statuses = set(self.verdicts.get(scenario, {}).values())
+        return next((s for s in OUTCOME_ORDER if s in statuses), "unjudged")
 
     def to_json(self) -> dict[str, Any]:
         return {
             "format_version": self.format_version,
+            "run_id": self.run_id,
             "machine_key": self.machine_key,
             "machine": dict(self.machine),
             "suite_commit": self.suite_commit,
             "date": self.date,
             "command": self.command,
             "versions": dict(self.versions),
+            "verdicts": {k: dict(v) for k, v in self.verdicts.items()},
+            "injection": self.injection,
+            "reference": self.reference,
             "results": [r.to_json() for r in self.results],
         }
 
@@ -123,9 +148,9 @@ class ResultsFile:
     @classmethod
     def from_json(cls, data: Mapping[str, Any], source: str = "<data>") -> ResultsFile:
         version = data.get("format_version") if isinstance(data, Mapping) else None
-        if version != RESULTS_FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             raise BaselineError(
-                f"{source}: results format_version {version!r} is not {RESULTS_FORMAT_VERSION}; "
+                f"{source}: results format_version {version!r} is not one of {READABLE_VERSIONS}; "
                 "re-run the suite with this version to produce a fresh results file"
             )
         try:
@@ -137,8 +162,12 @@ class ResultsFile:
                 date=data.get("date", ""),
                 command=data.get("command", ""),
                 versions=data.get("versions", {}),
+                run_id=data.get("run_id", ""),
+                verdicts=data.get("verdicts", {}),
+                injection=data.get("injection", ""),
+                reference=data.get("reference", ""),
             )
-        except (KeyError, ValueError, TypeError) as exc:
+        except (KeyError, ValueError, TypeError, AttributeError) as exc:
             raise BaselineError(
                 f"{source}: not a valid results file ({exc}); re-run the suite to regenerate it"
             ) from None

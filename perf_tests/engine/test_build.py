@@ -14,13 +14,16 @@ from engine_fixtures.errors import ConfigError
 
 def test_default_build_is_the_suites_interpreter() -> None:
     b = EngineBuild()
-    assert b.is_default and b.interpreter() == sys.executable and b.sglang_version(Path(".")) is None
+    assert b.is_default
+    assert b.interpreter() == sys.executable
+    assert b.sglang_version(Path(".")) is None
 
 
 def test_patch_and_env_forms_combine(tmp_path: Path) -> None:
     b = parse_reference("patch:slow-scheduler=0.3+env:SGLANG_X=1,SGLANG_Y=2")
     assert dict(b.env) == {"PERF_ARMS_PATCH": "slow-scheduler=0.3", "SGLANG_X": "1", "SGLANG_Y": "2"}
-    assert b.python is None and b.label == "patch:slow-scheduler=0.3+env:SGLANG_X=1,SGLANG_Y=2"
+    assert b.python is None
+    assert b.label == "patch:slow-scheduler=0.3+env:SGLANG_X=1,SGLANG_Y=2"
 
 
 def test_venv_python_site_and_wheel(tmp_path: Path) -> None:
@@ -36,7 +39,8 @@ def test_venv_python_site_and_wheel(tmp_path: Path) -> None:
     b = parse_reference(f"venv:{venv}+site:{site}+wheel:{whl}")
     assert b.python == str(venv / "bin" / "python")
     paths = b.import_paths(tmp_path / "work")
-    assert paths[0] == str(tmp_path / "work" / "build-site") and paths[1] == str(site.resolve())
+    assert paths[0] == str(tmp_path / "work" / "build-site")
+    assert paths[1] == str(site.resolve())
     assert b.sglang_version(tmp_path / "work") == "9.9.9"  # asked of that interpreter with that path
 
 

@@ -13,30 +13,77 @@ from engine_fixtures.judge.changepoint import detect
 from engine_fixtures.store.results import ResultsFile, RunResult
 
 
-def results_file(tmp: Path, name: str, latency: list[float], date: str = "2025-01-01T00:00:00+00:00") -> Path:
+def results_file(tmp: Path, name: str, latency: list[float], date: str = "2025-01-01T00:00:00+00:00",
+                 verdict: str | None = None, injection: str = "", key: str = "m1") -> Path:
     r = RunResult("demo/c=4", {"c": "4"}, {"latency_p50_ms": tuple(latency)})
     path = tmp / f"results-{name}.json"
-    path.write_text(ResultsFile((r,), "m1", date=date).dumps())
+    verdicts = {"demo/c=4": {"latency_p50_ms": verdict}} if verdict else {}
+    path.write_text(ResultsFile((r,), key, date=date, run_id=f"{key}@{name}", verdicts=verdicts,
+                                injection=injection).dumps())
     return path
+
+
+def noisy(level: float, seed: int, n: int = 5) -> list[float]:
+    rng = np.random.default_rng(seed)
+    return list(level * (1 + 0.01 * rng.standard_normal()) * (1 + 0.01 * rng.standard_normal(n)))
 
 
 def test_update_compare_show_migrate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bl = str(tmp_path / "bl")
-    base = results_file(tmp_path, "a", [10.0, 10.1, 9.9, 10.05, 9.95])
-    assert main(["update", "--from", str(base), "--baseline-dir", bl, "--dry-run"]) == 0
+    runs = [results_file(tmp_path, f"a{i}", noisy(10.0, i), date=f"2025-01-0{i}T00:00:00+00:00") for i in (1, 2, 3)]
+    assert main(["update", "--from", *map(str, runs), "--baseline-dir", bl, "--dry-run"]) == 0
+    assert "runs 0 -> 3" in capsys.readouterr().out
     assert not (tmp_path / "bl").exists()
-    assert main(["update", "--from", str(base), "--baseline-dir", bl, "--scenario", "other/*"]) == 0
+    assert main(["update", "--from", str(runs[0]), "--baseline-dir", bl, "--scenario", "other/*"]) == 0
     assert not (tmp_path / "bl").exists()
-    assert main(["update", "--from", str(base), "--baseline-dir", bl]) == 0
+    assert main(["update", "--from", *map(str, runs), "--baseline-dir", bl]) == 0
     assert (tmp_path / "bl" / "m1" / "demo%2Fc=4.json").is_file()
-    assert main(["compare", str(base), "--baseline-dir", bl]) == 0
-    slow = results_file(tmp_path, "b", [13.0, 13.1, 12.9, 13.05, 12.95])
+    capsys.readouterr()
+    same = results_file(tmp_path, "b", noisy(10.0, 9), date="2025-01-05T00:00:00+00:00")
+    assert main(["compare", str(same), "--baseline-dir", bl]) == 0
+    slow = results_file(tmp_path, "c", noisy(13.0, 10), date="2025-01-06T00:00:00+00:00")
     assert main(["compare", str(slow), "--baseline-dir", bl, "--markdown"]) == 1
-    assert "| demo/c=4 | c=4 | latency_p50_ms | 13 ms | 10 | +30.0% | regression |" in capsys.readouterr().out
+    assert "| demo/c=4 | c=4 | latency_p50_ms | 12.82 ms | 10.07 | +27.4% | 6.6% | 3 runs | regression |" in (
+        capsys.readouterr().out)
     assert main(["show", "--baseline-dir", bl]) == 0
-    assert "demo/c=4  latency_p50_ms = 10 ms" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "demo/c=4: 3 run(s) 2025-01-01..2025-01-03" in out
+    assert "latency_p50_ms = 10" in out
     assert main(["migrate", "--baseline-dir", bl]) == 0
     assert capsys.readouterr().out == ""
+
+
+def test_update_from_runs_pools_the_newest_clean_runs_and_refuses_regressions(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    res, bl = tmp_path / "res", str(tmp_path / "bl")
+    res.mkdir()
+    for i in range(1, 6):
+        results_file(res, f"r{i}", noisy(10.0, i), date=f"2025-01-0{i}T00:00:00+00:00", verdict="pass")
+    results_file(res, "r6", noisy(14.0, 6), date="2025-01-06T00:00:00+00:00", verdict="regression")
+    results_file(res, "r7", noisy(14.0, 7), date="2025-01-07T00:00:00+00:00", injection="slow:torch=6")
+    assert main(["update", "--from-runs", "3", "--from", str(res), "--machine", "m1", "--baseline-dir", bl]) == 0
+    out = capsys.readouterr().out
+    assert "demo/c=4: pooling m1@r3, m1@r4, m1@r5" in out
+    assert main(["update", "--from", str(res / "results-r6.json"), "--baseline-dir", bl]) == 0
+    assert "refused m1@r6: demo/c=4 was judged regression" in capsys.readouterr().out
+    assert main(["update", "--from", str(res / "results-r6.json"), "--baseline-dir", bl, "--accept", "known"]) == 0
+    assert "+1 run(s) m1@r6" in capsys.readouterr().out
+    assert main(["update", "--from-runs", "9", "--from", str(res), "--machine", "m1", "--baseline-dir", bl]) == 0
+    assert "only 5 clean run(s)" in capsys.readouterr().out
+
+
+def test_validate_counts_false_alarms_and_detections_on_runs(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    for i in range(1, 9):
+        results_file(tmp_path, f"r{i}", noisy(10.0, i), date=f"2025-01-0{i}T00:00:00+00:00", verdict="pass")
+    results_file(tmp_path, "slow", noisy(13.0, 99), date="2025-01-09T00:00:00+00:00", injection="slow:x=1")
+    assert main(["validate", str(tmp_path), "--pool", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "clean" in out
+    assert "pass 5/5" in out
+    assert "injected slow:x=1" in out
+    assert "regression 1/1" in out
+    assert "0 false verdict(s)" in out
 
 
 def test_user_errors_exit_2_and_name_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

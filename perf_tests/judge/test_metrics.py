@@ -1,4 +1,4 @@
-"""The metric registry: every gated metric has one direction and a tolerance > 0."""
+"""The metric registry: judged metrics have one direction, a scale and a floor > 0; patterns resolve."""
 
 from __future__ import annotations
 
@@ -6,36 +6,59 @@ import pytest
 
 from engine_fixtures.errors import PerfError
 from engine_fixtures.judge.metrics import METRICS, PATTERNS, Metric, UnknownMetric, metric
+from engine_fixtures.judge.noise import LINEAR, LOG
 
 
 @pytest.mark.parametrize("m", [*METRICS.values(), *PATTERNS], ids=lambda m: m.name)
-def test_gated_metric_has_exactly_one_direction_and_positive_tolerance(m: Metric) -> None:
-    if m.gates:
+def test_judged_metric_has_one_direction_and_a_floor(m: Metric) -> None:
+    if m.judged:
         assert m.direction in ("higher", "lower")
-        assert m.tolerance > 0
+        assert m.floor > 0
+        assert m.sign in (1.0, -1.0)
     else:
-        assert m.tolerance >= 0
+        assert m.direction == "none"
 
 
 def test_directions_of_known_metrics() -> None:
     # TensorRT-LLM #18741: TPOT gated as "higher is better" missed a 2.5x slowdown.
-    for name in ("requests_per_s", "output_tokens_per_s", "copy_per_s", "running_requests_max"):
+    for name in ("requests_per_s", "output_tokens_per_s", "copy_per_s", "running_requests_max", "gpu_util_mean"):
         assert metric(name).direction == "higher"
-        assert metric(name).gates
-    for name in ("latency_p50_ms", "latency_p99_ms", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms",
-                 "itl_p50_ms", "e2e_p50_ms", "ipc_opens_per_image", "rebuild_ms_per_image"):
+        assert metric(name).judged
+    for name in ("latency_p50_ms", "latency_p99_ms", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "itl_p50_ms",
+                 "e2e_p50_ms", "ipc_opens_per_image", "rebuild_ms_per_image", "cpu_s_per_request.scheduler",
+                 "cpu_share_of_quota.http_server"):
         assert metric(name).direction == "lower"
-        assert metric(name).gates
-    for name in ("producer_cpu_cores", "producer_share_of_quota", "throttled_periods", "throttled_ratio",
-                 "gpu_util_mean", "scheduling_delay_p99_ms", "achieved_concurrency"):
-        assert not metric(name).gates
+        assert metric(name).judged
+    for name in ("producer_cpu_cores", "throttled_periods", "throttled_ratio", "scheduling_delay_p99_ms",
+                 "achieved_concurrency", "cpu_cores.scheduler"):
+        assert not metric(name).judged
+
+
+def test_the_four_design_card_metrics_are_judged() -> None:
+    """Throughput, latency, CPU share per role and GPU utilisation (on GPU-bound arms) all carry verdicts."""
+    assert all(metric(n).judged for n in ("requests_per_s", "ttft_p50_ms", "tpot_p50_ms",
+                                          "cpu_s_per_request.tokenizer", "cpu_share_of_quota.scheduler"))
+    assert metric("gpu_util_mean").judged
+    assert metric("gpu_util_mean").condition == "gpu_bound"
+
+
+def test_scales() -> None:
+    assert metric("requests_per_s").scale == LOG
+    assert metric("ipc_opens_per_image").scale == LINEAR  # zero opens per image is the healthy value
+    assert metric("cpu_share_of_quota.scheduler").scale == LINEAR
+
+
+def test_rel_pattern_inherits_from_its_base() -> None:
+    m = metric("rel.requests_per_s")
+    assert (m.name, m.direction, m.scale, m.floor, m.unit) == ("rel.requests_per_s", "higher", LOG, 0.03, "x control")
+    with pytest.raises(UnknownMetric):
+        metric("rel.throttled_periods")  # a diagnostic has no judged ratio
 
 
 def test_role_pattern_resolves_with_its_own_name() -> None:
     m = metric("cpu_cores.scheduler")
     assert m.name == "cpu_cores.scheduler"
     assert m.unit == "cores"
-    assert not m.gates
 
 
 @pytest.mark.parametrize("name", ["nope", "cpu_cores.", "cpu_cores.a b", "requests_per_s.x"])
@@ -48,10 +71,10 @@ def test_unknown_metric_lists_known_names(name: str) -> None:
     assert "cpu_cores.<role>" in str(info.value)
 
 
-def test_gated_metric_without_direction_is_rejected() -> None:
+def test_judged_metric_without_direction_or_floor_is_rejected() -> None:
     with pytest.raises(ValueError, match="direction"):
-        Metric("x", "ms", "none", 0.1, True, "")
-    with pytest.raises(ValueError, match="tolerance"):
-        Metric("x", "ms", "lower", 0.0, True, "")
+        Metric("x", "ms", "none", LOG, 0.1, True, "")
+    with pytest.raises(ValueError, match="floor"):
+        Metric("x", "ms", "lower", LOG, 0.0, True, "")
     with pytest.raises(ValueError, match="direction"):
-        Metric("x", "ms", "up", 0.1, False, "")  # type: ignore[arg-type]
+        Metric("x", "ms", "up", LOG, 0.1, False, "")  # type: ignore[arg-type]

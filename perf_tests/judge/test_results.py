@@ -23,13 +23,29 @@ def sample_results() -> ResultsFile:
         metadata={"quota_applied": 0.5},
     )
     return ResultsFile(results=(r,), machine_key="cpu-test", machine={"cpu": "test"}, suite_commit="abc",
-                       date="2025-01-01T00:00:00+00:00", command="pytest", versions={"torch": "2.13"})
+                       date="2025-01-01T00:00:00+00:00", command="pytest", versions={"torch": "2.13"},
+                       verdicts={"mech/copy=torch/quota=0.5/c=4": {"copy_per_s": "pass"}})
 
 
 def test_results_file_matches_golden_and_round_trips() -> None:
     f = sample_results()
-    assert f.dumps() == (GOLDEN / "results_v1.json").read_text()
+    assert f.dumps() == (GOLDEN / "results_v2.json").read_text()
     assert ResultsFile.from_json(json.loads(f.dumps())) == f
+
+
+def test_format_1_files_are_still_read_without_verdicts() -> None:
+    old = ResultsFile.from_json(json.loads((GOLDEN / "results_v1.json").read_text()))
+    assert old.results == sample_results().results
+    assert old.outcome("mech/copy=torch/quota=0.5/c=4") == "unjudged"
+    assert old.run_id == "cpu-test@2025-01-01T00:00:00+00:00"
+
+
+def test_outcome_is_the_worst_verdict() -> None:
+    f = ResultsFile((), "m", verdicts={"s": {"a": "pass", "b": "improvement", "c": "report-only"},
+                                       "t": {"a": "inconclusive", "b": "regression"}})
+    assert f.outcome("s") == "improvement"
+    assert f.outcome("t") == "regression"
+    assert f.outcome("u") == "unjudged"
 
 
 def test_empty_or_nonfinite_samples_are_rejected() -> None:

@@ -16,21 +16,31 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine_fixtures.errors import BaselineError
-from engine_fixtures.store.baselines import (
-    Baseline,
-    BaselineStore,
-    MissingBaseline,
-    file_name_of,
-    scenario_of,
-)
-from engine_fixtures.store.results import RunResult
+from engine_fixtures.store.baselines import MAX_RUNS, Baseline, BaselineRun, BaselineStore, MissingBaseline
+from engine_fixtures.store.files import file_name_of, scenario_of
+from engine_fixtures.store.results import ResultsFile, RunResult
 
 GOLDEN = Path(__file__).parent / "golden"
-RESULT = RunResult("mech/copy=torch/quota=0.5/c=4", {"copy": "torch", "quota": "0.5"},
+SCENARIO = "mech/copy=torch/quota=0.5/c=4"
+RESULT = RunResult(SCENARIO, {"copy": "torch", "quota": "0.5"},
                    {"copy_per_s": (100.0, 101.0, 99.0), "cpu_cores.producer": (0.5, 0.5, 0.5)},
                    {"copy_per_s": (50.0,)}, {"quota_applied": 0.5})
-META = {"suite_commit": "abc", "date": "2025-01-01T00:00:00+00:00", "command": "pytest",
-        "versions": {"torch": "2.13"}, "machine": {"cpu": "test"}}
+
+
+def run_of(date: str, values: tuple[float, ...] = (100.0, 101.0, 99.0), verdict: str = "pass") -> ResultsFile:
+    result = RunResult(SCENARIO, RESULT.arm, {"copy_per_s": values, "cpu_cores.producer": (0.5, 0.5, 0.5)},
+                       RESULT.warmup, RESULT.metadata)
+    return ResultsFile((result,), "cpu-test", {"cpu": "test"}, "abc", date, "pytest", {"torch": "2.13"},
+                       verdicts={SCENARIO: {"copy_per_s": verdict}})
+
+
+def pool(store: BaselineStore, runs: list[ResultsFile]) -> Baseline:
+    baseline = None
+    for rf in runs:
+        run = BaselineRun.from_result(rf.results[0], rf)
+        baseline = store.pooled_with(rf.results[0], run, rf.machine) if baseline is None else baseline.with_run(run)
+    assert baseline is not None
+    return baseline
 
 
 @given(st.text(min_size=1, max_size=80))
@@ -46,34 +56,61 @@ def test_file_name_is_safe_and_reversible(scenario: str) -> None:
     assert scenario_of(name) == scenario
 
 
-def test_baseline_matches_golden(tmp_path: Path) -> None:
+def test_pooled_baseline_matches_golden_and_round_trips(tmp_path: Path) -> None:
     store = BaselineStore(tmp_path, "cpu-test")
-    path = store.write(Baseline.from_result(RESULT, "cpu-test", META))
+    baseline = pool(store, [run_of(f"2025-01-0{i}T00:00:00+00:00", (100.0 + i, 101.0 + i, 99.0 + i))
+                            for i in (1, 2, 3)])
+    path = store.write(baseline)
     assert path == tmp_path / "cpu-test" / "mech%2Fcopy=torch%2Fquota=0.5%2Fc=4.json"
-    assert path.read_text() == (GOLDEN / "baseline_v2.json").read_text()
-    loaded = store.load(RESULT.scenario)
+    assert path.read_text() == (GOLDEN / "baseline_v3.json").read_text()
+    loaded = store.load(SCENARIO)
     assert isinstance(loaded, Baseline)
-    assert loaded.samples == RESULT.samples
-    assert loaded.warmup["copy_per_s"] == (50.0,)
+    assert loaded == baseline
+    assert loaded.runs_for("copy_per_s") == [(101.0, 102.0, 100.0), (102.0, 103.0, 101.0), (103.0, 104.0, 102.0)]
+    noise = loaded.noise()
+    assert noise["copy_per_s"]["runs"] == 3
+    assert "cpu_cores.producer" not in noise  # a diagnostic carries no noise model
+    assert noise["copy_per_s"]["detectable"] > 0
 
 
-def test_v1_is_migrated_in_memory_and_on_disk(tmp_path: Path) -> None:
+def test_pool_keeps_the_newest_runs_and_replaces_a_rerecorded_run(tmp_path: Path) -> None:
     store = BaselineStore(tmp_path, "cpu-test")
-    store.dir.mkdir(parents=True)
-    v1 = {"version": 1, "scenario": RESULT.scenario, "arm": dict(RESULT.arm),
-          "samples": {k: list(v) for k, v in RESULT.samples.items()}, "metadata": {}}
-    path = store.path_for(RESULT.scenario)
-    path.write_text(json.dumps(v1))
-    loaded = store.load(RESULT.scenario)
+    runs = [run_of(f"2025-01-{i:02d}T00:00:00+00:00") for i in range(1, 14)]
+    baseline = pool(store, runs)
+    assert len(baseline.runs) == MAX_RUNS
+    assert baseline.runs[0].date.startswith("2025-01-04")
+    again = baseline.with_run(BaselineRun.from_result(runs[-1].results[0], runs[-1]))
+    assert len(again.runs) == MAX_RUNS
+
+
+def test_v2_is_migrated_to_a_one_run_pool_in_memory_and_on_disk(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path, "cpu-test")
+    path = store.path_for(SCENARIO)
+    path.parent.mkdir(parents=True)
+    path.write_text((GOLDEN / "baseline_v2.json").read_text())
+    loaded = store.load(SCENARIO)
     assert isinstance(loaded, Baseline)
-    assert loaded.tolerances["copy_per_s"] == 0.10
+    assert len(loaded.runs) == 1
+    assert loaded.runs[0].verdict == "unjudged"
+    assert loaded.runs_for("copy_per_s") == [(100.0, 101.0, 99.0)]
     assert store.migrate_all() == [path]
-    assert json.loads(path.read_text())["format_version"] == 2
+    assert json.loads(path.read_text())["format_version"] == 3
     assert store.migrate_all() == []
 
 
+def test_v1_is_migrated_through_v2(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path, "cpu-test")
+    store.dir.mkdir(parents=True)
+    v1 = {"version": 1, "scenario": SCENARIO, "arm": dict(RESULT.arm),
+          "samples": {k: list(v) for k, v in RESULT.samples.items()}, "metadata": {}}
+    store.path_for(SCENARIO).write_text(json.dumps(v1))
+    loaded = store.load(SCENARIO)
+    assert isinstance(loaded, Baseline)
+    assert loaded.runs_for("copy_per_s") == [(100.0, 101.0, 99.0)]
+
+
 @pytest.mark.parametrize("text", ["{", "", "[1, 2]", '{"format_version": 2}', '{"format_version": 99}',
-                                  '{"version": 1, "scenario": "x"}'])
+                                  '{"version": 1, "scenario": "x"}', '{"format_version": 3, "runs": []}'])
 def test_corrupted_or_unknown_files_raise_naming_file_and_command(tmp_path: Path, text: str) -> None:
     store = BaselineStore(tmp_path, "cpu-test")
     store.dir.mkdir(parents=True)
@@ -87,22 +124,22 @@ def test_corrupted_or_unknown_files_raise_naming_file_and_command(tmp_path: Path
 def test_missing_baseline_is_distinct_and_names_update_command(tmp_path: Path) -> None:
     missing = BaselineStore(tmp_path, "cpu-test").load("a/b=1")
     assert isinstance(missing, MissingBaseline)
-    assert "perf-baseline update --from" in missing.reason
+    assert "perf-baseline update --from-runs 3" in missing.reason
     assert "--perf-update-baselines" in missing.reason
+    assert ">= 3 independent runs" in missing.reason
 
 
 WRITER = r"""
 import sys
 from pathlib import Path
-from engine_fixtures.store.results import RunResult
-from engine_fixtures.store.baselines import Baseline, BaselineStore
+from engine_fixtures.store.baselines import Baseline, BaselineRun, BaselineStore
 store = BaselineStore(Path(sys.argv[1]), "m")
 i = 0
 print("ready", flush=True)
 while True:
     i += 1
-    samples = {"copy_per_s": tuple(float(i + k) for k in range(20000))}
-    store.write(Baseline.from_result(RunResult("s/x=1", {}, samples), "m"))
+    run = BaselineRun(f"r{i}", "2025-01-01", {"copy_per_s": tuple(float(i + k) for k in range(20000))})
+    store.write(Baseline("s/x=1", {}, "m", (run,)))
 """
 
 
@@ -127,7 +164,8 @@ def test_sigkill_during_writes_never_leaves_a_torn_file(tmp_path: Path) -> None:
             proc.stdout.close()
         loaded = store.load("s/x=1")
         if isinstance(loaded, Baseline):
-            assert len(loaded.samples["copy_per_s"]) == 20000
-            seen.add(loaded.samples["copy_per_s"][0])
+            (values,) = loaded.runs_for("copy_per_s")
+            assert len(values) == 20000
+            seen.add(values[0])
     assert len(seen) >= 2, "the writer never completed two different writes; the test proved nothing"
     assert [p.name for p in store.paths()] == ["s%2Fx=1.json"]

@@ -1,0 +1,69 @@
+"""File mechanics shared by the stores: scenario file names, sorted JSON, atomic durable writes.
+
+File names: a scenario id such as ``mech/copy=torch/quota=0.5`` contains ``/``; its file name is
+``urllib.parse.quote(scenario, safe="=,+-_.")`` (``/`` -> ``%2F``, ``%`` -> ``%25``, spaces ``%20``) plus
+``.json``; ``scenario_of(file_name)`` is the exact inverse. Ids that would start with ``.`` get it escaped as
+``%2E`` so no baseline is ever a hidden or temp file.
+
+Writes are atomic: temp file in the same directory, fsync, ``os.replace``, fsync of the directory. A writer
+killed at any moment leaves the old or the new file, never a torn one (an orphaned ``.<name>.*.tmp`` may
+remain; listings ignore it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import urllib.parse
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from engine_fixtures.errors import BaselineError
+
+_SAFE = "=,+-_."
+
+
+def file_name_of(scenario: str) -> str:
+    """Filesystem-safe, reversible file name of a scenario id."""
+    name = urllib.parse.quote(scenario, safe=_SAFE)
+    if name.startswith("."):
+        name = "%2E" + name[1:]
+    if len(name) + len(".json") > 255:
+        raise BaselineError(f"scenario id {scenario!r} is too long for a baseline file name "
+                            f"({len(name)} chars encoded); shorten the scenario id")
+    return name + ".json"
+
+
+def scenario_of(file_name: str) -> str:
+    """Inverse of ``file_name_of``."""
+    if not file_name.endswith(".json"):
+        raise ValueError(f"not a baseline file name: {file_name!r}")
+    return urllib.parse.unquote(file_name[: -len(".json")])
+
+
+def dumps(data: Mapping[str, Any]) -> str:
+    return json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically and durably (temp + fsync + rename + dir fsync)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,125 @@
+"""Guarded baseline updates, shared by ``pytest --perf-update-baselines`` and ``perf-baseline update``.
+
+- A run enters a pool only if it is *clean*: its verdicts for the scenario were ``pass``, ``improvement``
+  or none at all (a first run on a new machine has nothing to be judged against). A run judged ``regression``
+  or ``inconclusive`` is refused unless ``accept`` gives a reason, which is stored with the run.
+- Runs measured with an injected slowdown or fault, or in an A/B comparison against a reference build, are
+  never pooled: they do not describe the build.
+- ``plan_update`` computes every change first; ``describe`` shows per metric the level, the runs pooled and
+  the change the pool can catch, before and after; ``apply`` writes the planned files atomically.
+- ``last_clean_runs`` picks, per scenario, the newest K clean runs of one machine key among results files.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine_fixtures.errors import BaselineError
+from engine_fixtures.store.baselines import MAX_RUNS, Baseline, BaselineRun, BaselineStore
+from engine_fixtures.store.results import ResultsFile
+
+BAD = ("regression", "inconclusive")
+
+
+@dataclass(frozen=True)
+class Planned:
+    scenario: str
+    path: Path
+    before: Baseline | None
+    after: Baseline | None
+    added: tuple[str, ...]
+    refused: tuple[str, ...]
+
+
+def refusal(rf: ResultsFile, scenario: str, accept: str | None) -> str | None:
+    """Why this run of ``scenario`` may not enter a pool, or None."""
+    if rf.injection:
+        return f"{rf.run_id}: measured with an injected slowdown or fault ({rf.injection}); never a baseline"
+    if rf.reference:
+        return f"{rf.run_id}: an A/B run against {rf.reference}; never a baseline"
+    outcome = rf.outcome(scenario)
+    if outcome in BAD and not accept:
+        return (f"{rf.run_id}: {scenario} was judged {outcome}; record it only with --accept REASON "
+                "(the reason is stored with the run)")
+    return None
+
+
+def plan_update(store: BaselineStore, runs: Sequence[ResultsFile], *, scenario_glob: str | None = None,
+                only: frozenset[str] | None = None, accept: str | None = None, replace_pool: bool = False,
+                max_runs: int = MAX_RUNS) -> list[Planned]:
+    """What adding ``runs`` (oldest first) to ``store`` would do, per scenario (``only``: these scenarios)."""
+    plans: dict[str, Planned] = {}
+    for rf in sorted(runs, key=lambda r: r.date):
+        if rf.machine_key != store.machine_key:
+            raise BaselineError(f"{rf.run_id} was measured on machine key {rf.machine_key!r}, not "
+                                f"{store.machine_key!r}; its numbers do not describe this machine")
+        for result in rf.results:
+            if scenario_glob is not None and not fnmatch.fnmatchcase(result.scenario, scenario_glob):
+                continue
+            if only is not None and result.scenario not in only:
+                continue
+            plan = plans.get(result.scenario)
+            if plan is None:
+                before = store.load(result.scenario)
+                before = before if isinstance(before, Baseline) else None
+                plan = Planned(result.scenario, store.path_for(result.scenario), before,
+                               None if replace_pool else before, (), ())
+            why = refusal(rf, result.scenario, accept)
+            if why is not None:
+                plans[result.scenario] = Planned(plan.scenario, plan.path, plan.before, plan.after, plan.added,
+                                                 (*plan.refused, why))
+                continue
+            outcome = rf.outcome(result.scenario)
+            run = BaselineRun.from_result(result, rf, accepted=accept if outcome in BAD else None)
+            after = plan.after.with_run(run, max_runs) if plan.after is not None else Baseline(
+                result.scenario, result.arm, store.machine_key, (run,), {"machine": dict(rf.machine)})
+            plans[result.scenario] = Planned(plan.scenario, plan.path, plan.before, after,
+                                             (*plan.added, rf.run_id), plan.refused)
+    return list(plans.values())
+
+
+def apply(store: BaselineStore, plans: Iterable[Planned]) -> list[Path]:
+    return [store.write(p.after) for p in plans if p.after is not None and p.added]
+
+
+def describe(plan: Planned) -> list[str]:
+    """Human-readable per-metric diff of one planned update."""
+    lines = [f"{plan.path}: +{len(plan.added)} run(s) {', '.join(plan.added) or '-'}"]
+    lines += [f"  refused {why}" for why in plan.refused]
+    if plan.after is None or not plan.added:
+        return lines
+    old = plan.before.noise() if plan.before is not None else {}
+    new = plan.after.noise()
+    for name in sorted(set(old) | set(new)):
+        a, b = old.get(name, {}), new.get(name, {})
+        lines.append(f"  {name}: level {_fmt(a.get('level'))} -> {_fmt(b.get('level'))}, runs {a.get('runs', 0)} -> "
+                     f"{b.get('runs', 0)}, catches {_pct(a)} -> {_pct(b)}")
+    return lines
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _pct(entry: dict) -> str:
+    d = entry.get("detectable")
+    if d is None:
+        return "-"
+    return f"{d:.1%}" if entry.get("scale") == "log" else f"{d:.3g}"
+
+
+def last_clean_runs(files: Sequence[ResultsFile], machine_key: str, k: int,
+                    scenario_glob: str | None = None) -> dict[str, list[ResultsFile]]:
+    """Per scenario, the newest ``k`` clean runs of ``machine_key`` (oldest first)."""
+    chosen: dict[str, list[ResultsFile]] = {}
+    for rf in sorted((f for f in files if f.machine_key == machine_key), key=lambda r: r.date, reverse=True):
+        for result in rf.results:
+            s = result.scenario
+            if scenario_glob is not None and not fnmatch.fnmatchcase(s, scenario_glob):
+                continue
+            if refusal(rf, s, None) is None and len(chosen.setdefault(s, [])) < k:
+                chosen[s].append(rf)
+    return {s: list(reversed(v)) for s, v in chosen.items()}
