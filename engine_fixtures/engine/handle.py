@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from engine_fixtures.engine.metrics import MetricsSnapshot, scrape
+from engine_fixtures.engine.prometheus import MetricsSnapshot, scrape
 from engine_fixtures.engine.proof import ArmProof, request_flush
 from engine_fixtures.engine.server_info import EffectiveConfig, fetch_server_info, http_json
 from engine_fixtures.engine.spec import EngineSpec

@@ -17,9 +17,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engine_fixtures.errors import ConfigError, MeasurementError, ProcessCrashed
+from engine_fixtures.loadgen.load_report import LoadReport, build_report
 from engine_fixtures.loadgen.progress import ProgressDisplay
-from engine_fixtures.loadgen.report import LoadReport, build_report
-from engine_fixtures.loadgen.spec import WorkloadSpec
+from engine_fixtures.loadgen.workload import WorkloadSpec
 
 CHAT_PATH = "/v1/chat/completions"
 _STOP_TIMEOUT_S = 10.0

@@ -32,8 +32,8 @@ def load(*_args: Any, **_kwargs: Any) -> None:
     directory = os.environ.get(PROOF_DIR_ENV, "")
     if not directory or _RECORDER is not None:
         return
-    from engine_fixtures.sglang_plugin.arms import install_copy_arm, install_ipc_probe
-    from engine_fixtures.sglang_plugin.recorder import Recorder, process_title, role_of
+    from engine_fixtures.sglang_plugin.instrument import install_copy_arm, install_ipc_probe
+    from engine_fixtures.sglang_plugin.proof_file import Recorder, process_title, role_of
 
     requested = {k: os.environ.get("PERF_ARMS_" + k.upper(), "") for k in ("copy", "ipc_cache", "transport")}
     rec = Recorder(Path(directory), requested)

@@ -89,7 +89,7 @@ def engine_ready_2gpu() -> None:
 
 
 def workload():  # type: ignore[no-untyped-def]
-    from engine_fixtures.loadgen.spec import WorkloadSpec
+    from engine_fixtures.loadgen.workload import WorkloadSpec
 
     return WorkloadSpec(
         num_requests=REQUESTS,

@@ -16,9 +16,9 @@ import pytest
 from engine_fixtures.errors import ConfigError, MeasurementError, ProcessCrashed
 from engine_fixtures.isolation.leaks import mapped_semaphores, semaphore_files
 from engine_fixtures.mechbench.arms import MechArm, pixel_shape
+from engine_fixtures.mechbench.driver import run_arms
 from engine_fixtures.mechbench.producer import MECH_PREFIX
 from engine_fixtures.mechbench.rig import Rig
-from engine_fixtures.mechbench.runner import run_arms
 from engine_fixtures.transport.shm import list_segments
 
 SMALL = MechArm(copy="torch", threads="cpus", quota=0.5, resolution=256, concurrency=2)

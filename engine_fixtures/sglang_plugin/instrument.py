@@ -16,7 +16,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from engine_fixtures.sglang_plugin.recorder import Recorder
+from engine_fixtures.sglang_plugin.proof_file import Recorder
 
 MM_UTILS = "sglang.srt.managers.mm_utils"
 IPC_MODULES = (
