@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from engine_fixtures import sglang_version
 from engine_fixtures.isolation.cgroups import effective_cpu_quota
 from engine_fixtures.nvml import GpuInfo, gpu_inventory
 
@@ -100,7 +101,7 @@ class MachineInfo:
             gpus=tuple(inventory) if isinstance(inventory, list) else (),
             gpu_unavailable=inventory if isinstance(inventory, str) else None,
             torch_version=_version("torch"),
-            sglang_version=_version("sglang"),
+            sglang_version=sglang_version.installed(),
             python_version=platform.python_version(),
             hostname=socket.gethostname(),
         )

@@ -21,7 +21,8 @@ from typing import Any
 
 import psutil
 
-from engine_fixtures.engine.metrics import MetricsSnapshot, scrape
+from engine_fixtures import sglang_version
+from engine_fixtures.engine.prometheus import MetricsSnapshot, scrape
 from engine_fixtures.engine.proof import ArmProof, request_flush
 from engine_fixtures.engine.server_info import EffectiveConfig, fetch_server_info, http_json
 from engine_fixtures.engine.spec import EngineSpec
@@ -42,14 +43,6 @@ from engine_fixtures.sglang_plugin.distinfo import GROUP, TARGET, write_dist_inf
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HTTP_TIMEOUT_S = 10.0
-
-
-def sglang_version() -> str | None:
-    """The installed SGLang version in this interpreter, or None."""
-    try:
-        return metadata.version("sglang")
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _plugin_installed() -> bool:
@@ -218,7 +211,7 @@ def start_engine(
     else:
         require_free_port(port)
     workdir.mkdir(parents=True, exist_ok=True)
-    version = sglang_version() if spec.launcher == ("-m", "sglang.launch_server") else None
+    version = sglang_version.installed() if spec.launcher == ("-m", "sglang.launch_server") else None
     env = engine_env(spec, workdir, version)
     launch = LaunchSpec(
         tuple(spec.argv(python, port, version)), workdir / "engine.log", env, cwd=workdir, name=spec.name

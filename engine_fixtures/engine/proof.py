@@ -17,7 +17,7 @@ from typing import Any
 
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, MeasurementError
-from engine_fixtures.sglang_plugin.recorder import FLUSH_REQUEST
+from engine_fixtures.sglang_plugin.proof_file import FLUSH_REQUEST
 
 CACHED_OPENS_PER_REBUILD_MAX = 0.5  # cache on: the seed saw 0 opens per image (1 in the server's life)
 UNCACHED_OPENS_PER_REBUILD_MIN = 1.0  # cache off: one _new_shared_cuda per rebuild, exactly

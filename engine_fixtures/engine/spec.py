@@ -2,7 +2,8 @@
 
 The spec is the key for engine reuse, so it holds only what changes the server. Defaults avoid FA3 and
 flashinfer kernels (flashinfer must still be importable on 0.5.16) and turn the multimodal caches off, so
-every request really crosses the feature transport. Version differences are handled here and nowhere else:
+every request really crosses the feature transport. What differs by release is named in ``sglang_version``;
+the spec applies it here:
 
 - 0.5.16 defaults ``SGLANG_USE_IPC_POOL_HANDLE_CACHE`` to off, >= 0.5.18 to on: always set it to "1"/"0".
 - 0.5.23 auto-switches Qwen3-VL to cuda_ipc on an H200: always pass ``--mm-feature-transport``.
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from engine_fixtures import sglang_version
 from engine_fixtures.errors import ConfigError
 
 TRANSPORTS = ("cpu", "cuda_ipc")
@@ -25,19 +27,6 @@ TRANSPORTS = ("cpu", "cuda_ipc")
 COPY_ARMS = ("stock", "torch", "buffer")
 IPC_CACHE_ARMS = ("stock", "on", "off")
 SGLANG_LAUNCHER = ("-m", "sglang.launch_server")
-
-
-def parse_version(text: str | None) -> tuple[int, ...] | None:
-    """``"0.5.16"`` or ``"0.5.23.post1"`` -> ``(0, 5, 16)``; None stays None."""
-    if not text:
-        return None
-    parts: list[int] = []
-    for piece in text.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts) or None
 
 
 @dataclass(frozen=True)
@@ -131,7 +120,7 @@ class EngineSpec:
     # ------------------------------------------------------------------ launch
     def argv(self, python: str, port: int, version: str | None = None) -> list[str]:
         """The full command line. ``version`` is the installed SGLang version (None: unknown/stub)."""
-        ver = parse_version(version)
+        ver = sglang_version.parse(version)
         a = [
             python,
             *self.launcher,
@@ -168,7 +157,7 @@ class EngineSpec:
             a += ["--max-running-requests", str(self.max_running_requests)]
         if not self.radix_cache:
             a.append("--disable-radix-cache")
-        if ver is not None and ver >= (0, 5, 23):
+        if sglang_version.has_preprocess_cache_flag(ver):
             a += ["--mm-preprocess-cache-size-mb", "0"]
         if self.enable_metrics:
             a.append("--enable-metrics")

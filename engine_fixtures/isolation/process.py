@@ -1,13 +1,19 @@
-"""Supervise one process tree: start in a new session inside a sandbox, wait for readiness, stop all of it.
+"""Supervise one process tree: start it (in a new session) inside a sandbox, wait for readiness, stop all of it.
+
+The one place the suite starts a process tree: the engine, the mechanism benchmark's producer and consumer,
+its copy loop, the load client and the self-tests' stubs all go through ``Supervised``.
 
 Contracts:
-- ``Supervised.start(spec, sandbox)`` starts ``spec.argv`` with ``start_new_session=True``, stdout and
-  stderr to ``spec.log_path``, inside ``sandbox`` (a ``Sandbox`` such as ``CpuQuota``) from the first instruction.
+- ``Supervised.start(spec, sandbox)`` starts ``spec.argv`` with ``spec.env`` (default ``curated_env()``)
+  inside ``sandbox`` (a ``Sandbox`` such as ``CpuQuota``) from the first instruction, in a new session
+  unless ``spec.new_session`` is False. ``spec.stdio``: ``"log"`` (stdin /dev/null, stdout and stderr to
+  ``spec.log_path``) or ``"pipes"`` (``proc.stdin``/``proc.stdout`` are pipes, in text mode if
+  ``spec.text``, for a line or frame protocol; stderr to ``spec.log_path``).
 - ``wait_ready(condition, deadline_s)`` returns the seconds it took, or raises ``ProcessStartError`` at
   once when the process exits, or at the deadline (never later than one poll interval past it).
 - ``ensure_alive()`` raises ``ProcessCrashed`` if the process has exited.
 - ``stop()`` SIGTERMs the group and every descendant (snapshot taken first), SIGKILLs survivors after
-  ``grace_s`` and raises ``LeakError`` if anything is still alive; it is idempotent.
+  ``grace_s`` and raises ``LeakError`` if anything is still alive; then closes the pipes. Idempotent.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
 import psutil
 
@@ -43,6 +49,16 @@ PASSTHROUGH: tuple[str, ...] = (
     "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "NVIDIA_VISIBLE_DEVICES", "HF_*",
     "HUGGINGFACE_*", "TRANSFORMERS_*",
 )
+# The suite's own measuring children (mechbench producer/consumer and copy loop, load client, self-test stubs)
+# inherited the whole environment before the supervisor curated it. Of that environment these can change how
+# they run or what they measure (interpreter settings, OpenMP/MKL thread pools and their spinning, the
+# allocator), so they still pass: an operator's OMP_NUM_THREADS=8 experiment still reaches the producer.
+# The engine gets PASSTHROUGH only, as before.
+TUNING_PASSTHROUGH: tuple[str, ...] = (
+    "PYTHON*", "OMP_*", "GOMP_*", "KMP_*", "MKL_*", "OPENBLAS_*", "TORCH_*", "MALLOC_*", "LD_PRELOAD",
+)
+CHILD_PASSTHROUGH: tuple[str, ...] = (*PASSTHROUGH, *TUNING_PASSTHROUGH)
+STDIO = ("log", "pipes")
 
 
 def curated_env(extra: Mapping[str, str] | None = None, passthrough: Iterable[str] = PASSTHROUGH,
@@ -70,17 +86,27 @@ class Sandbox(Protocol):
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """What to start: argv, the complete environment, working directory, log file and a display name."""
+    """What to start: argv, the complete environment, working directory, log file and a display name;
+    ``stdio`` (``"log"`` or ``"pipes"``, see the module docstring) and ``text`` (pipes as text);
+    ``new_session=False`` keeps the child in the caller's session and process group: a measuring child
+    (mechbench, load client) is then scheduled as before (with autogroup scheduling a new session is a new
+    scheduling group), and ``stop()`` signals it and its descendants one by one instead of a group."""
 
     argv: tuple[str, ...]
     log_path: Path
     env: Mapping[str, str] = field(default_factory=curated_env)
     cwd: Path | None = None
     name: str = ""
+    stdio: str = "log"
+    text: bool = False
+    new_session: bool = True
 
     def __post_init__(self) -> None:
         if not self.argv:
             raise ConfigError("LaunchSpec.argv is empty; pass the command to run, e.g. ('python', '-m', ...)")
+        if self.stdio not in STDIO:
+            raise ConfigError(f"LaunchSpec.stdio={self.stdio!r}: use 'log' (stdout and stderr to log_path) or "
+                              "'pipes' (stdin/stdout pipes, stderr to log_path)")
         object.__setattr__(self, "argv", tuple(str(a) for a in self.argv))
         if not self.name:
             object.__setattr__(self, "name", Path(self.argv[0]).name)
@@ -124,7 +150,7 @@ def _signal(procs: Iterable[psutil.Process], sig: int) -> None:
 class Supervised:
     """A started process tree; use ``Supervised.start`` and as a context manager (``stop`` on exit)."""
 
-    def __init__(self, spec: LaunchSpec, proc: subprocess.Popen[bytes], sandbox: Sandbox | None) -> None:
+    def __init__(self, spec: LaunchSpec, proc: subprocess.Popen[Any], sandbox: Sandbox | None) -> None:
         self.spec = spec
         self.proc = proc
         self.sandbox = sandbox
@@ -134,11 +160,14 @@ class Supervised:
     @classmethod
     def start(cls, spec: LaunchSpec, sandbox: Sandbox | None = None) -> Supervised:
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        pipes = spec.stdio == "pipes"
         with open(spec.log_path, "wb") as log:
             try:
                 proc = subprocess.Popen(
-                    spec.argv, env=dict(spec.env), cwd=spec.cwd, stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, start_new_session=True,
+                    spec.argv, env=dict(spec.env), cwd=spec.cwd,
+                    stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE if pipes else log, stderr=log if pipes else subprocess.STDOUT,
+                    text=spec.text and pipes, start_new_session=spec.new_session,
                     preexec_fn=sandbox.preexec_fn() if sandbox is not None else None)
             except FileNotFoundError as exc:
                 raise ProcessStartError(f"cannot start {spec.name}: {exc.filename!r} not found "
@@ -146,7 +175,7 @@ class Supervised:
             except subprocess.SubprocessError as exc:
                 where = sandbox.path if sandbox is not None else "?"
                 raise QuotaNotPermitted(f"{spec.name} could not join cgroup {where} before exec ({exc}); "
-                                        f"run as root or pass --perf-cpu-quota none") from None
+                                        f"run as root or pass --perf-cpu-quota none") from exc
         return cls(spec, proc, sandbox)
 
     @property
@@ -205,9 +234,19 @@ class Supervised:
                     found.setdefault(pid, psutil.Process(pid))
         return found
 
-    def _killpg(self, sig: int) -> None:
+    def _signal_root(self, sig: int) -> None:
+        """The root's process group (its own session), or the root alone when it shares the caller's."""
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, sig)
+            if self.spec.new_session:
+                os.killpg(self.pid, sig)
+            else:
+                self.proc.send_signal(sig)
+
+    def _close_pipes(self) -> None:
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
     def _wait_root(self, timeout_s: float) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -221,7 +260,7 @@ class Supervised:
         tree = self._tree()  # before signalling: children may sit in other sessions or groups
         with_root = self.proc.poll() is None
         if with_root:
-            self._killpg(signal.SIGTERM)
+            self._signal_root(signal.SIGTERM)
         _signal(tree.values(), signal.SIGTERM)
         self._wait_root(grace_s)
         psutil.wait_procs(list(tree.values()), timeout=max(0.0, grace_s - (time.monotonic() - t0)))
@@ -235,6 +274,7 @@ class Supervised:
                 break
             if time.monotonic() > deadline:
                 pids = sorted({p.pid for p in alive} | ({self.pid} if root_alive else set()))
+                self._close_pipes()
                 raise LeakError(f"{self.spec.name}: processes {pids} survived SIGKILL for {kill_timeout_s} s "
                                 f"(uninterruptible sleep?); inspect with `ps -o pid,stat,wchan,cmd -p ...`")
             # multiprocessing's resource tracker ignores SIGTERM and unlinks the tree's named semaphores
@@ -246,7 +286,7 @@ class Supervised:
                 if spared:
                     self.proc.kill()
                 else:
-                    self._killpg(signal.SIGKILL)
+                    self._signal_root(signal.SIGKILL)
             _signal(victims, signal.SIGKILL)
             killed.update(p.pid for p in victims)
             self._wait_root(1.0)
@@ -254,6 +294,7 @@ class Supervised:
             if spared:
                 psutil.wait_procs(spared, timeout=max(0.0, min(TRACKER_GRACE_S, deadline - time.monotonic())))
             first = False
+        self._close_pipes()
         terminated = tuple(sorted((({self.pid} if with_root else set()) | set(tree)) - killed))
         self._report = StopReport(self.pid, self.proc.returncode, terminated, tuple(sorted(killed)),
                                   time.monotonic() - t0)

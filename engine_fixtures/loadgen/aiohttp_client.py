@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 
 from engine_fixtures.loadgen.arrivals import poisson_arrivals
-from engine_fixtures.loadgen.spec import WorkloadSpec
 from engine_fixtures.loadgen.sse import SseError, SseParser
+from engine_fixtures.loadgen.workload import WorkloadSpec
 
 _HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 _SNIPPET_BYTES = 512

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine_fixtures.loadgen.records import RequestError, RequestRecord
-from engine_fixtures.loadgen.spec import WorkloadSpec
+from engine_fixtures.loadgen.workload import WorkloadSpec
 
 LAG_PROBE_S = 0.05
 

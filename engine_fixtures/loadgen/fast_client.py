@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.loadgen.arrivals import poisson_arrivals
 from engine_fixtures.loadgen.fast_http import FastConnection, Row, request_head
-from engine_fixtures.loadgen.spec import WorkloadSpec
+from engine_fixtures.loadgen.workload import WorkloadSpec
 
 
 class FastDriver:

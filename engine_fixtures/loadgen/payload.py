@@ -6,7 +6,7 @@ import json
 import random
 
 from engine_fixtures.loadgen.images import image_urls
-from engine_fixtures.loadgen.spec import WorkloadSpec
+from engine_fixtures.loadgen.workload import WorkloadSpec
 
 # Common one-token English words: the filler is roughly one token per word for BPE tokenizers.
 _WORD_TEXT = (

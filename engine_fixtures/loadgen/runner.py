@@ -1,5 +1,6 @@
 """``run_load``: the client in its own process (``engine_fixtures.loadgen.child``), optionally pinned to
-CPUs, its result framed over a pipe. The process is always reaped, also on failure and timeout."""
+CPUs, its result framed over a pipe. The process is ``isolation.process.Supervised`` (pipes, the curated
+child environment, this process's session and cgroup) and always stopped, also on failure and timeout."""
 
 from __future__ import annotations
 
@@ -8,18 +9,19 @@ import math
 import os
 import pickle
 import select
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from engine_fixtures.errors import ConfigError, MeasurementError, ProcessCrashed
+from engine_fixtures.isolation.process import CHILD_PASSTHROUGH, LaunchSpec, Supervised, curated_env
+from engine_fixtures.loadgen.load_report import LoadReport, build_report
 from engine_fixtures.loadgen.progress import ProgressDisplay
-from engine_fixtures.loadgen.report import LoadReport, build_report
-from engine_fixtures.loadgen.spec import WorkloadSpec
+from engine_fixtures.loadgen.workload import WorkloadSpec
 
 CHAT_PATH = "/v1/chat/completions"
 _STOP_TIMEOUT_S = 10.0
@@ -82,13 +84,17 @@ def run_load(
     chosen = check_cpus(cpus)
     deadline = default_deadline_s(spec) if deadline_s is None else deadline_s
     counter = _Progress()
-    with tempfile.TemporaryFile() as errlog:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "engine_fixtures.loadgen.child"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=errlog,
+    with tempfile.TemporaryDirectory(prefix="perf-load-") as tmp:
+        launch = LaunchSpec(
+            (sys.executable, "-m", "engine_fixtures.loadgen.child"),
+            Path(tmp, "load.log"),
+            curated_env(passthrough=CHILD_PASSTHROUGH),
+            name="load process",
+            stdio="pipes",
+            new_session=False,
         )
+        child = Supervised.start(launch)
+        proc = child.proc
         try:
             assert proc.stdin is not None
             assert proc.stdout is not None
@@ -103,19 +109,14 @@ def run_load(
                 )
             if kind == b"":
                 proc.wait(timeout=_STOP_TIMEOUT_S)
-                errlog.seek(0)
-                tail = errlog.read()[-2000:].decode("utf-8", "replace")
+                tail = launch.log_path.read_bytes()[-2000:].decode("utf-8", "replace")
                 raise ProcessCrashed(f"load process died (exit code {proc.returncode}) with no result: {tail}")
             if kind == b"E":
                 message, trace = pickle.loads(payload)
                 raise ProcessCrashed(f"load process failed: {message}\n{trace}")
             proc.wait(timeout=_STOP_TIMEOUT_S)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=_STOP_TIMEOUT_S)
-            if proc.stdout is not None:
-                proc.stdout.close()
+            child.stop(grace_s=0.0, kill_timeout_s=_STOP_TIMEOUT_S)  # SIGKILLs a process still running
     return build_report(spec, endpoint, pickle.loads(payload))
 
 

@@ -1,11 +1,12 @@
 """Isolated SHM copies per copy arm, for microbenchmarks under a CPU quota.
 
 ``python -m engine_fixtures.mechbench.copyloop '{"mb": 10.8, "threads": 2, "rounds": 5, "copies": 10}'``
-(start it inside a ``CpuQuota`` with ``preexec_fn``). It fills one random source tensor of ``mb`` MB, then
-for each round makes ``copies`` fresh segments with each arm (the arm order alternates per round) and
-prints ``{"torch": [copies/s per round], "buffer": [...], "threads": n}``. The last copy of each round
-must equal the source bytewise, else it exits non-zero. Segments of a killed child are swept.
-``measure_under_quota`` runs it and returns the parsed result.
+(start it inside a ``CpuQuota``, e.g. ``Supervised.start(..., sandbox=quota)``). It fills one random source
+tensor of ``mb`` MB, then for each round makes ``copies`` fresh segments with each arm (the arm order
+alternates per round) and prints ``{"torch": [copies/s per round], "buffer": [...], "threads": n}``. The
+last copy of each round must equal the source bytewise, else it exits non-zero. Segments of a killed child are swept.
+``measure_under_quota`` runs it (supervised, inside the quota from its first instruction) and returns the
+parsed result.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
 from engine_fixtures.errors import MeasurementError, ProcessCrashed
 from engine_fixtures.isolation.cgroups import CpuQuota
+from engine_fixtures.isolation.process import CHILD_PASSTHROUGH, LaunchSpec, Supervised, curated_env
 from engine_fixtures.transport.shm import COPY_ARMS, ShmTensor, sweep_stale
 
 MB = 1_000_000
@@ -59,18 +63,20 @@ def measure_under_quota(mb: float, threads: int, quota: float | None, rounds: in
 
 
 def _run(spec: str, quota: float | None) -> dict:
-    with CpuQuota(quota, name="perf-mbench") as q:
-        proc = subprocess.Popen([sys.executable, "-m", "engine_fixtures.mechbench.copyloop", spec],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=q.preexec_fn())
-        try:
-            out, err = proc.communicate(timeout=DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate(timeout=30)
-            raise MeasurementError(f"copy loop ({spec}) did not finish within {DEADLINE_S:g} s under quota "
-                                   f"{quota}; lower rounds/copies") from None
-    if proc.returncode != 0:
-        raise ProcessCrashed(f"copy loop ({spec}) exited {proc.returncode}:\n{err[-2000:]}")
+    with tempfile.TemporaryDirectory(prefix="perf-mbench-") as tmp, CpuQuota(quota, name="perf-mbench") as q:
+        launch = LaunchSpec((sys.executable, "-m", "engine_fixtures.mechbench.copyloop", spec),
+                            Path(tmp, "copyloop.log"), curated_env(passthrough=CHILD_PASSTHROUGH), name="copy loop",
+                            stdio="pipes", text=True, new_session=False)
+        with Supervised.start(launch, sandbox=q) as child:
+            try:
+                out, _ = child.proc.communicate(timeout=DEADLINE_S)
+            except subprocess.TimeoutExpired:
+                child.stop(grace_s=0.0, kill_timeout_s=30.0)
+                raise MeasurementError(f"copy loop ({spec}) did not finish within {DEADLINE_S:g} s under quota "
+                                       f"{quota}; lower rounds/copies") from None
+        err = launch.log_path.read_text(errors="replace")
+    if child.proc.returncode != 0:
+        raise ProcessCrashed(f"copy loop ({spec}) exited {child.proc.returncode}:\n{err[-2000:]}")
     return json.loads(out)
 
 

@@ -1,6 +1,6 @@
 """Tokenizer-manager-like producer process (run as ``python -m engine_fixtures.mechbench.producer``).
 
-Started by the driver inside a ``CpuQuota`` (``Popen(preexec_fn=...)``); argv[1] is a JSON spec, the
+Started by the rig inside a ``CpuQuota`` (``Supervised.start(..., sandbox=quota)``); argv[1] is a JSON spec, the
 consumer's authkey comes in ``$PERF_MECH_AUTHKEY``. Before any clock starts it encodes ``images`` random
 photo-like JPEGs, builds one float32 ``pixel_values`` tensor of Qwen2.5-VL's shape per image and connects
 to the consumer. Then it prints ``{"ready": ...}`` and serves stdin commands: ``{"window": N}`` -> one

@@ -1,12 +1,14 @@
 """One arm's processes: a consumer (outside any quota) and a producer started inside a ``CpuQuota``.
 
-Contract of ``Rig.start(arm, stack, tmp, seed)``: every resource it creates is registered on ``stack``
-(processes stopped, then the cgroup removed, also on failure); each process's stderr goes to a log in
-``tmp`` whose tail is quoted by every error. ``rig.window(n)`` runs ``n`` requests and returns one value
-per metric: ``requests_per_s``, ``latency_p50_ms``, ``latency_p99_ms``, ``producer_cpu_cores``
-(``CpuSampler`` over the quota's pids), and with a quota ``producer_share_of_quota``,
-``throttled_periods`` and ``throttled_ratio`` (``CgroupSampler``). Zero completed requests or any failed
-request raise ``MeasurementError``; a producer that dies or stays silent raises ``ProcessCrashed``.
+Contract of ``Rig.start(arm, stack, tmp, seed)``: both processes are ``isolation.process.Supervised``
+(pipes for the JSON-lines protocol, the curated child environment, the caller's session); every resource
+it creates is registered on ``stack`` (processes asked to stop, then their trees stopped, then the cgroup
+removed, also on failure); each process's stderr goes to a log in ``tmp`` whose tail is quoted by every
+error. ``rig.window(n)`` runs ``n`` requests and returns one value per metric: ``requests_per_s``,
+``latency_p50_ms``, ``latency_p99_ms``, ``producer_cpu_cores`` (``CpuSampler`` over the quota's pids), and
+with a quota ``producer_share_of_quota``, ``throttled_periods`` and ``throttled_ratio``
+(``CgroupSampler``). Zero completed requests or any failed request raise ``MeasurementError``; a producer
+that dies or stays silent raises ``ProcessCrashed``.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from engine_fixtures.errors import MeasurementError, ProcessCrashed, ProcessStartError
+from engine_fixtures.errors import MeasurementError, ProcessCrashed, ProcessStartError, QuotaNotPermitted
 from engine_fixtures.isolation.cgroups import CpuQuota
 from engine_fixtures.isolation.leaks import mapped_semaphores
+from engine_fixtures.isolation.process import CHILD_PASSTHROUGH, LaunchSpec, Supervised, curated_env
 from engine_fixtures.mechbench.arms import AUTHKEY_ENV, MechArm
 from engine_fixtures.sampling.cgroup import CgroupSampler
 from engine_fixtures.sampling.cpu import CpuSampler
@@ -47,8 +50,8 @@ def log_tail(path: Path, lines: int = 15) -> str:
 class Rig:
     arm: MechArm
     quota: CpuQuota
-    producer: subprocess.Popen
-    consumer: subprocess.Popen
+    producer: Supervised
+    consumer: Supervised
     logs: tuple[Path, Path]
     semaphores: set[int] = field(default_factory=set)  # inodes mapped by the rig's processes
     stage_ms: list[list[float]] = field(default_factory=list)  # per window: [decode ms, SHM create ms]
@@ -57,34 +60,28 @@ class Rig:
     def start(cls, arm: MechArm, stack: ExitStack, tmp: str, seed: int, cgroup_name: str = "mech") -> Rig:
         quota = stack.enter_context(CpuQuota(arm.quota, name=cgroup_name))
         address = os.path.join(tmp, f"c{seed}.sock")
-        env = {**os.environ, AUTHKEY_ENV: secrets.token_bytes(16).hex()}
+        extra = {AUTHKEY_ENV: secrets.token_bytes(16).hex()}
         plog, clog = Path(tmp, f"producer-{seed}.log"), Path(tmp, f"consumer-{seed}.log")
-        with clog.open("w") as err:
-            cons = subprocess.Popen([sys.executable, "-m", "engine_fixtures.mechbench.consumer", address],
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True,
-                                    env=env)
+        cons = Supervised.start(_launch("consumer", (address,), clog, extra))
         stack.callback(_stop, cons, None)
         if _readline(cons, START_DEADLINE_S) != "listening":
-            raise ProcessStartError(f"mechbench consumer did not listen on {address} (exit {cons.poll()}); "
+            raise ProcessStartError(f"mechbench consumer did not listen on {address} (exit {cons.proc.poll()}); "
                                     f"its log:\n{log_tail(clog)}")
         if arm.wait_policy == "passive":
-            env["OMP_WAIT_POLICY"] = "PASSIVE"
+            extra["OMP_WAIT_POLICY"] = "PASSIVE"
         spec = {"copy": arm.copy, "threads": arm.thread_count(), "resolution": arm.resolution,
                 "concurrency": arm.concurrency, "address": address, "seed": seed}
-        with plog.open("w") as err:
-            try:
-                proc = subprocess.Popen([sys.executable, "-m", "engine_fixtures.mechbench.producer",
-                                         json.dumps(spec)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=err, text=True, env=env, preexec_fn=quota.preexec_fn())
-            except subprocess.SubprocessError as exc:
-                raise ProcessStartError(f"mechbench producer for {arm.id} could not join cgroup {quota.path} "
-                                        f"({exc}; exists: {quota.path.exists()}); was it removed by someone "
-                                        "else's cleanup?") from exc
+        try:
+            proc = Supervised.start(_launch("producer", (json.dumps(spec),), plog, extra), sandbox=quota)
+        except QuotaNotPermitted as exc:
+            raise ProcessStartError(f"mechbench producer for {arm.id} could not join cgroup {quota.path} "
+                                    f"({exc.__cause__}; exists: {quota.path.exists()}); was it removed by someone "
+                                    "else's cleanup?") from exc.__cause__
         stack.callback(_stop, proc, json.dumps({"stop": True}))
         rig = cls(arm, quota, proc, cons, (plog, clog))
         line = _readline(proc, START_DEADLINE_S)
         if not line.startswith("{") or not json.loads(line).get("ready"):
-            raise ProcessStartError(f"mechbench producer for {arm.id} did not start (exit {proc.poll()}):\n"
+            raise ProcessStartError(f"mechbench producer for {arm.id} did not start (exit {proc.proc.poll()}):\n"
                                     f"{rig.tails()}")
         return rig
 
@@ -98,16 +95,16 @@ class Rig:
         cg = CgroupSampler.for_quota(self.quota)
         with cpu, cg:
             try:
-                self.producer.stdin.write(json.dumps({"window": requests}) + "\n")
-                self.producer.stdin.flush()
+                self.producer.proc.stdin.write(json.dumps({"window": requests}) + "\n")
+                self.producer.proc.stdin.flush()
             except OSError:
                 pass  # a dead producer is reported by the read below, with its log
             line = _readline(self.producer, WINDOW_DEADLINE_S)
             self.semaphores |= mapped_semaphores((*self.quota.pids(), self.consumer.pid))
         if not line:
-            self.producer.wait(timeout=STOP_DEADLINE_S)
+            self.producer.proc.wait(timeout=STOP_DEADLINE_S)
             raise ProcessCrashed(f"mechbench producer of {self.arm.id} died during a window (exit code "
-                                 f"{self.producer.returncode}):\n{self.tails()}")
+                                 f"{self.producer.proc.returncode}):\n{self.tails()}")
         out = json.loads(line)
         lat = out["latencies_ms"]
         if not lat:
@@ -127,8 +124,17 @@ class Rig:
         return m
 
 
-def _readline(proc: subprocess.Popen, deadline_s: float) -> str:
-    """One stdout line of ``proc`` within ``deadline_s`` ('' at EOF); ProcessCrashed on timeout."""
+def _launch(role: str, args: tuple[str, ...], log: Path, extra: dict[str, str]) -> LaunchSpec:
+    """``python -m engine_fixtures.mechbench.<role> ARGS``: JSON lines over stdin/stdout, stderr to ``log``,
+    in this process's session (scheduled as before), with the curated child environment plus ``extra``."""
+    return LaunchSpec((sys.executable, "-m", f"engine_fixtures.mechbench.{role}", *args), log,
+                      curated_env(extra, CHILD_PASSTHROUGH), name=f"mechbench {role}", stdio="pipes", text=True,
+                      new_session=False)
+
+
+def _readline(child: Supervised, deadline_s: float) -> str:
+    """One stdout line of ``child`` within ``deadline_s`` ('' at EOF); ProcessCrashed on timeout."""
+    proc = child.proc
     ready, _, _ = select.select([proc.stdout], [], [], deadline_s)
     if not ready:
         raise ProcessCrashed(f"mechbench process pid {proc.pid} gave no reply within {deadline_s:g} s "
@@ -136,20 +142,20 @@ def _readline(proc: subprocess.Popen, deadline_s: float) -> str:
     return proc.stdout.readline().strip()
 
 
-def _stop(proc: subprocess.Popen, stop_line: str | None) -> None:
-    """Ask ``proc`` to stop (or let it see EOF), wait, SIGKILL after ``STOP_DEADLINE_S``; close its pipes."""
-    try:
-        if proc.poll() is None and stop_line is not None:
-            try:
-                proc.stdin.write(stop_line + "\n")
-                proc.stdin.flush()
-            except OSError:
-                pass
-        for f in (proc.stdin, proc.stdout):
-            if f is not None:
-                with suppress(OSError):
-                    f.close()
+def _stop(child: Supervised, stop_line: str | None) -> None:
+    """Ask ``child`` to stop (or let it see EOF) and give it ``STOP_DEADLINE_S``; then stop its tree
+    (SIGKILL what is left, ``LeakError`` if anything survives; the pipes are closed)."""
+    proc = child.proc
+    if proc.poll() is None and stop_line is not None:
+        try:
+            proc.stdin.write(stop_line + "\n")
+            proc.stdin.flush()
+        except OSError:
+            pass
+    for f in (proc.stdin, proc.stdout):
+        if f is not None:
+            with suppress(OSError):
+                f.close()
+    with suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=STOP_DEADLINE_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=STOP_DEADLINE_S)
+    child.stop(grace_s=0.0, kill_timeout_s=STOP_DEADLINE_S)

@@ -10,6 +10,7 @@ slowdowns for proving the gates, ``patches.py``), and writes a per-process proof
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -18,28 +19,21 @@ PROOF_DIR_ENV = "PERF_ARMS_PROOF_DIR"
 _RECORDER: Any = None
 
 
-def _sglang_version() -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version("sglang")
-    except Exception:
-        return None
-
-
 def load(*_args: Any, **_kwargs: Any) -> None:
     """Entry point. Idempotent per process; never raises into SGLang (errors go into the proof)."""
     global _RECORDER
     directory = os.environ.get(PROOF_DIR_ENV, "")
     if not directory or _RECORDER is not None:
         return
+    from engine_fixtures import sglang_version
     from engine_fixtures.sglang_plugin import patches
-    from engine_fixtures.sglang_plugin.arms import install_copy_arm, install_ipc_probe
-    from engine_fixtures.sglang_plugin.recorder import Recorder, process_title, role_of
+    from engine_fixtures.sglang_plugin.instrument import install_copy_arm, install_ipc_probe
+    from engine_fixtures.sglang_plugin.proof_file import Recorder, process_title, role_of
 
     requested = {k: os.environ.get("PERF_ARMS_" + k.upper(), "") for k in ("copy", "ipc_cache", "transport")}
     rec = Recorder(Path(directory), requested)
-    rec.sglang_version = _sglang_version()
+    with contextlib.suppress(Exception):  # never raise into SGLang; the proof then says None
+        rec.sglang_version = sglang_version.installed()
     rec.installed["ipc_pool_handle_cache_env"] = os.environ.get("SGLANG_USE_IPC_POOL_HANDLE_CACHE", "<unset>")
     _RECORDER = rec
     role = role_of(process_title())

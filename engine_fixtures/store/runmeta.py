@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine_fixtures import sglang_version
+
 VERSIONED_PACKAGES = ("sglang", "torch", "sglang-perf-suite", "scipy", "numpy")
 
 
@@ -25,14 +27,20 @@ def suite_commit(repo: Path | None = None) -> str:
     return out.stdout.strip() if out.returncode == 0 else "unknown"
 
 
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def versions() -> dict[str, str]:
     """Installed versions read from distribution metadata (nothing is imported); absent ones omitted."""
     found = {"python": platform.python_version()}
     for name in VERSIONED_PACKAGES:
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
+        version = sglang_version.installed() if name == sglang_version.DISTRIBUTION else _dist_version(name)
+        if version is not None:
+            found[name] = version
     return found
 
 

@@ -18,7 +18,9 @@ from multiprocessing.reduction import ForkingPickler
 import torch
 import torch.multiprocessing  # registers the tensor reductions on ForkingPickler
 
-PROXY_MODULES = ("sglang.srt.multimodal.transport.cuda_ipc", "sglang.srt.utils.cuda_ipc_transport_utils")
+from engine_fixtures import sglang_version
+
+PROXY_MODULES = sglang_version.CUDA_IPC_MODULES
 
 
 def skip_reason() -> str | None:
@@ -61,7 +63,7 @@ def sglang_proxy_class() -> tuple[type | None, str]:
         except ImportError as exc:
             reasons.append(f"{name}: {exc}")
             continue
-        cls = getattr(module, "CudaIpcTensorTransportProxy", None)
+        cls = getattr(module, sglang_version.CUDA_IPC_PROXY_CLASS, None)
         if cls is not None:
             return cls, name
         reasons.append(f"{name} has no CudaIpcTensorTransportProxy")

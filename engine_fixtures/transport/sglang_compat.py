@@ -27,14 +27,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Any
 
+from engine_fixtures import sglang_version
 from engine_fixtures.errors import ConfigError
 
-MODULE = "sglang.srt.managers.mm_utils"
-CLASS_NAME = "ShmPointerMMData"
-TESTED_VERSIONS = ("0.5.16", "0.5.23")
+MODULE = sglang_version.MM_UTILS_MODULE
+CLASS_NAME = sglang_version.SHM_CLASS
+TESTED_VERSIONS = sglang_version.SUPPORTED
 ARMS = ("torch", "buffer")
 _ORIGINAL_ATTR = "_perf_original_init"
 _ARM_ATTR = "_perf_copy_arm"
@@ -52,19 +52,12 @@ class ShmClassLookup:
     cls: type | None
     reason: str  # why cls is None (fact and fix), or where it was found
     version: str | None
-    layout: str | None  # "0.5.16" or "0.5.20+"
-
-
-def _version() -> str | None:
-    try:
-        return metadata.version("sglang")
-    except metadata.PackageNotFoundError:
-        return None
+    layout: str | None  # sglang_version.SHM_LAYOUT_0_5_16 or SHM_LAYOUT_0_5_20
 
 
 def find_shm_class() -> ShmClassLookup:
     """Locate SGLang's ``ShmPointerMMData``; never raises."""
-    version = _version()
+    version = sglang_version.installed()
     try:
         # SGLang's import chain emits DeprecationWarnings (e.g. torch.jit.script_method on torch 2.11); with
         # the suite's filterwarnings=error they would turn an importable SGLang into a skip.
@@ -82,7 +75,7 @@ def find_shm_class() -> ShmClassLookup:
         return ShmClassLookup(None, f"{MODULE} of sglang {version} has no {CLASS_NAME}; this suite supports "
                               f"{TESTED_VERSIONS[0]}..{TESTED_VERSIONS[-1]}", version, None)
     init = original_init(cls)
-    layout = "0.5.20+" if "_materialization_error" in init.__code__.co_names else "0.5.16"
+    layout = sglang_version.shm_layout(init.__code__.co_names)
     return ShmClassLookup(cls, f"{MODULE}.{CLASS_NAME} of sglang {version}", version, layout)
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from engine_fixtures.engine.handle import EngineHandle, start_engine
 from engine_fixtures.engine.lint import find_hidden_caps
-from engine_fixtures.engine.metrics import QUEUED, RUNNING, TTFT
+from engine_fixtures.engine.prometheus import QUEUED, RUNNING, TTFT
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, ProcessCrashed, ProcessStartError
 from engine_fixtures.model.modeldir import write_model_dir

@@ -8,10 +8,10 @@ needs two GPUs and checks that the lint finds the auto micro-batch cap on the re
 from __future__ import annotations
 
 import os
-from importlib import metadata
 
 import pytest
 
+from engine_fixtures import sglang_version
 from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.engine.lint import check_caps, find_hidden_caps
 from engine_fixtures.engine.proof import assert_arm
@@ -51,18 +51,11 @@ ARMS = [
 MEASURED: dict[str, RunResult] = {}
 
 
-def _sglang_version() -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in metadata.version("sglang").split(".")[:3])
-    except (metadata.PackageNotFoundError, ValueError):
-        return ()
-
-
 # Known state of the releases studied (../shared/reference/sglang-0.5.16-internals.md): the torch copy_ in
 # ShmPointerMMData is unfixed in 0.5.12..0.5.23; the IPC pool-handle cache is off by default before 0.5.18.
 # strict=True: a release that fixes either makes the xfail an error, so the marker gets removed.
-SHM_COPY_UNFIXED = (0, 5, 12) <= _sglang_version() <= (0, 5, 23)
-IPC_CACHE_OFF_BY_DEFAULT = () < _sglang_version() < (0, 5, 18)
+SHM_COPY_UNFIXED = sglang_version.shm_copy_unfixed(sglang_version.parse(sglang_version.installed()))
+IPC_CACHE_OFF_BY_DEFAULT = sglang_version.ipc_cache_off_by_default(sglang_version.parse(sglang_version.installed()))
 
 
 def _measured(arm_id: str) -> RunResult:
@@ -89,7 +82,7 @@ def engine_ready_2gpu() -> None:
 
 
 def workload():  # type: ignore[no-untyped-def]
-    from engine_fixtures.loadgen.spec import WorkloadSpec
+    from engine_fixtures.loadgen.workload import WorkloadSpec
 
     return WorkloadSpec(
         num_requests=REQUESTS,

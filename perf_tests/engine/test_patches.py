@@ -13,7 +13,7 @@ import pytest
 
 from engine_fixtures.inject import spin
 from engine_fixtures.sglang_plugin import patches
-from engine_fixtures.sglang_plugin.recorder import Recorder
+from engine_fixtures.sglang_plugin.proof_file import Recorder
 
 
 class FakeScheduler:

@@ -15,8 +15,8 @@ import torch
 from engine_fixtures.engine.proof import ArmProof, ProcessProof, arm_problems, assert_arm, read_proofs, request_flush
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError
-from engine_fixtures.sglang_plugin.arms import classify_copy
 from engine_fixtures.sglang_plugin.distinfo import plugin_visible, write_dist_info
+from engine_fixtures.sglang_plugin.instrument import classify_copy
 from engine_fixtures.transport import sglang_compat
 
 MODEL = Path("/m")

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from engine_fixtures.engine.lint import HiddenCapWarning, check_caps, find_hidden_caps
-from engine_fixtures.engine.metrics import TTFT, MetricsSnapshot
+from engine_fixtures.engine.prometheus import TTFT, MetricsSnapshot
 from engine_fixtures.engine.server_info import EffectiveConfig
-from engine_fixtures.engine.spec import EngineSpec, parse_version
+from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, MeasurementError
+from engine_fixtures.sglang_version import parse as parse_version
 
 MODEL = Path("/models/qwen-tiny")
 

@@ -72,6 +72,30 @@ def test_launch_spec_validates_and_names() -> None:
     assert (spec.argv, spec.name, spec.command) == (("/usr/bin/env", "3"), "env", "/usr/bin/env 3")
 
 
+def test_launch_spec_rejects_unknown_stdio() -> None:
+    with pytest.raises(ConfigError, match=r"'log'.*'pipes'"):
+        LaunchSpec(argv=("true",), log_path=Path("x.log"), stdio="tty")
+
+
+def test_pipes_in_the_callers_session_with_stderr_to_the_log(tmp_path: Path) -> None:
+    """``stdio="pipes"``: a line protocol over stdin/stdout, stderr in the log; ``new_session=False`` keeps
+    the child in this session; ``stop()`` still stops it and closes the pipes."""
+    code = "import sys; print(sys.stdin.readline().upper(), end='', flush=True); print('oops', file=sys.stderr)"
+    spec = LaunchSpec(argv=(sys.executable, "-c", code), log_path=tmp_path / "c.log", stdio="pipes", text=True,
+                      new_session=False)
+    with no_leaks(), Supervised.start(spec) as sup:
+        assert os.getsid(sup.pid) == os.getsid(0)
+        sup.proc.stdin.write("hello\n")
+        sup.proc.stdin.flush()
+        assert sup.proc.stdout.readline() == "HELLO\n"
+        assert sup.proc.wait(timeout=30) == 0
+        report = sup.stop()
+        assert report.killed == ()
+        assert sup.proc.stdin.closed
+        assert sup.proc.stdout.closed
+    assert "oops" in sup.log_tail()
+
+
 @pytest.mark.parametrize(("code", "text"), [(None, "still running"), (3, "exited with code 3"),
                                             (-9, "killed by signal SIGKILL (9)"), (-15, "SIGTERM (15)")])
 def test_describe_exit(code: int | None, text: str) -> None:

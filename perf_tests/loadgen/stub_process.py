@@ -1,15 +1,22 @@
-"""Start/stop the self-test stub server as its own process (used by the loadgen self-tests and bench)."""
+"""Start/stop the self-test stub server as its own process (used by the loadgen self-tests and bench).
+
+The stub is ``isolation.process.Supervised`` (stdout a pipe for its ``LISTENING <port>`` line, stderr to a
+log quoted on failure, the curated child environment, this process's session) and always stopped: SIGTERM,
+SIGKILL after ``STOP_TIMEOUT_S``, ``LeakError`` if anything survives.
+"""
 
 from __future__ import annotations
 
 import select
-import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from engine_fixtures.errors import ProcessStartError
+from engine_fixtures.isolation.process import CHILD_PASSTHROUGH, LaunchSpec, Supervised, curated_env
 
 READY_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
@@ -30,7 +37,7 @@ def stub_server(
     python: str = sys.executable,
     extra: Sequence[str] = (),
 ) -> Iterator[StubServer]:
-    """A running stub on 127.0.0.1 (ephemeral port); killed and reaped on exit, also on failure."""
+    """A running stub on 127.0.0.1 (ephemeral port); stopped on exit, also on failure."""
     cmd = [
         python,
         "-m",
@@ -45,24 +52,19 @@ def stub_server(
     ]
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], READY_TIMEOUT_S)
-        line = proc.stdout.readline() if ready else ""
-        if not line.startswith("LISTENING "):
-            proc.kill()
-            _, err = proc.communicate(timeout=STOP_TIMEOUT_S)
-            raise ProcessStartError(f"stub server did not start within {READY_TIMEOUT_S} s: {line!r} {err[-2000:]}")
-        yield StubServer(url=f"http://127.0.0.1:{int(line.split()[1])}", pid=proc.pid)
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=STOP_TIMEOUT_S)
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+    with tempfile.TemporaryDirectory(prefix="perf-stub-") as tmp:
+        launch = LaunchSpec(tuple(cmd), Path(tmp, "stub.log"), curated_env(passthrough=CHILD_PASSTHROUGH),
+                            name="stub server", stdio="pipes", text=True, new_session=False)
+        server = Supervised.start(launch)
+        try:
+            out = server.proc.stdout
+            assert out is not None
+            ready, _, _ = select.select([out], [], [], READY_TIMEOUT_S)
+            line = out.readline() if ready else ""
+            if not line.startswith("LISTENING "):
+                server.stop(grace_s=0.0, kill_timeout_s=STOP_TIMEOUT_S)
+                err = launch.log_path.read_text(errors="replace")
+                raise ProcessStartError(f"stub server did not start within {READY_TIMEOUT_S} s: {line!r} {err[-2000:]}")
+            yield StubServer(url=f"http://127.0.0.1:{int(line.split()[1])}", pid=server.pid)
+        finally:
+            server.stop(grace_s=STOP_TIMEOUT_S, kill_timeout_s=STOP_TIMEOUT_S)

@@ -11,8 +11,8 @@ from engine_fixtures.judge.metrics import METRICS
 from engine_fixtures.loadgen import LoadError, Percentiles, RequestError, RequestRecord, WorkloadSpec
 from engine_fixtures.loadgen.arrivals import poisson_arrivals
 from engine_fixtures.loadgen.client import RawRun
-from engine_fixtures.loadgen.report import build_report
-from engine_fixtures.loadgen.stats import rate_of, time_weighted_in_flight
+from engine_fixtures.loadgen.latency import rate_of, time_weighted_in_flight
+from engine_fixtures.loadgen.load_report import build_report
 
 
 def rec(

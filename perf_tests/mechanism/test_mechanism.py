@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from engine_fixtures.mechbench.arms import THREAD_ARMS, MechArm
-from engine_fixtures.mechbench.runner import run_arms
-from engine_fixtures.mechbench.table import ratio_spread
+from engine_fixtures.mechbench.driver import run_arms
+from engine_fixtures.mechbench.grid import ratio_spread
 from engine_fixtures.store.results import RunResult
 from engine_fixtures.transport.shm import COPY_ARMS
 

@@ -16,9 +16,9 @@ import pytest
 from engine_fixtures.errors import ConfigError, MeasurementError, ProcessCrashed
 from engine_fixtures.isolation.leaks import mapped_semaphores, semaphore_files
 from engine_fixtures.mechbench.arms import MechArm, pixel_shape
+from engine_fixtures.mechbench.driver import run_arms
 from engine_fixtures.mechbench.producer import MECH_PREFIX
 from engine_fixtures.mechbench.rig import Rig
-from engine_fixtures.mechbench.runner import run_arms
 from engine_fixtures.transport.shm import list_segments
 
 SMALL = MechArm(copy="torch", threads="cpus", quota=0.5, resolution=256, concurrency=2)
@@ -67,21 +67,21 @@ def test_rig_window_measures_and_maps_no_semaphore(rig_stack: Rig) -> None:
 
 
 def test_zero_completed_requests_raise_measurement_error(rig_stack: Rig) -> None:
-    rig_stack.consumer.send_signal(signal.SIGKILL)
-    rig_stack.consumer.wait(timeout=30)
+    rig_stack.consumer.proc.send_signal(signal.SIGKILL)
+    rig_stack.consumer.proc.wait(timeout=30)
     with pytest.raises(MeasurementError, match=r"zero completed requests.*consumer connection closed"):
         rig_stack.window(4)
 
 
 def test_producer_crash_raises_with_log_tail(rig_stack: Rig) -> None:
-    rig_stack.producer.stdin.write(json.dumps({"window": "four"}) + "\n")  # a malformed command: a real crash
-    rig_stack.producer.stdin.flush()
+    rig_stack.producer.proc.stdin.write(json.dumps({"window": "four"}) + "\n")  # a malformed command: a real crash
+    rig_stack.producer.proc.stdin.flush()
     with pytest.raises(ProcessCrashed, match=r"(?s)died during a window.*exit code 1.*ValueError"):
         rig_stack.window(4)
 
 
 def test_killed_producer_raises_process_crashed(rig_stack: Rig) -> None:
-    rig_stack.producer.send_signal(signal.SIGKILL)
+    rig_stack.producer.proc.send_signal(signal.SIGKILL)
     with pytest.raises(ProcessCrashed, match="exit code -9"):
         rig_stack.window(4)
 

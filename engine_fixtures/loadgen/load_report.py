@@ -6,9 +6,7 @@ from dataclasses import dataclass
 
 from engine_fixtures.errors import MeasurementError
 from engine_fixtures.loadgen.client import RawRun
-from engine_fixtures.loadgen.records import LoadError, RequestRecord
-from engine_fixtures.loadgen.spec import WorkloadSpec
-from engine_fixtures.loadgen.stats import (
+from engine_fixtures.loadgen.latency import (
     Percentiles,
     closed_loop_window,
     itl_values,
@@ -16,6 +14,8 @@ from engine_fixtures.loadgen.stats import (
     time_weighted_in_flight,
     tpot_values,
 )
+from engine_fixtures.loadgen.records import LoadError, RequestRecord
+from engine_fixtures.loadgen.workload import WorkloadSpec
 
 
 @dataclass(frozen=True)

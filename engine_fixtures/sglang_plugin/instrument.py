@@ -16,13 +16,11 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from engine_fixtures.sglang_plugin.recorder import Recorder
+from engine_fixtures import sglang_version
+from engine_fixtures.sglang_plugin.proof_file import Recorder
 
-MM_UTILS = "sglang.srt.managers.mm_utils"
-IPC_MODULES = (
-    "sglang.srt.multimodal.transport.cuda_ipc",  # 0.5.20+ layout (0.5.23 checked)
-    "sglang.srt.utils.cuda_ipc_transport_utils",
-)  # 0.5.16 (a re-export shim later)
+MM_UTILS = sglang_version.MM_UTILS_MODULE
+IPC_MODULES = sglang_version.CUDA_IPC_MODULES
 REBUILD_METHODS = ("reconstruct_on_target_device", "borrow_on_target_device")
 
 
@@ -69,9 +67,9 @@ def install_copy_arm(rec: Recorder, arm: str) -> None:
     """Switch and instrument SGLang's SHM producer copy. Failures are recorded, never raised."""
     try:
         mm_utils = importlib.import_module(MM_UTILS)
-        cls = mm_utils.ShmPointerMMData
+        cls = getattr(mm_utils, sglang_version.SHM_CLASS)
     except Exception as exc:  # an SGLang without the class: the proof shows it
-        rec.errors.append(f"copy: cannot import {MM_UTILS}.ShmPointerMMData: {exc!r}")
+        rec.errors.append(f"copy: cannot import {MM_UTILS}.{sglang_version.SHM_CLASS}: {exc!r}")
         return
     if arm != "stock":  # stock: SGLang's own copy, only counted and labelled by what its code does
         try:
@@ -114,7 +112,7 @@ def install_ipc_probe(rec: Recorder) -> None:
     for name in IPC_MODULES:
         try:
             mod = importlib.import_module(name)
-            proxy = mod.CudaIpcTensorTransportProxy
+            proxy = getattr(mod, sglang_version.CUDA_IPC_PROXY_CLASS)
         except Exception:
             continue
         for meth in REBUILD_METHODS:

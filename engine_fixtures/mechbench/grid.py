@@ -1,6 +1,6 @@
 """The mechanism benchmark's grid as a table: how the buffer/torch gap grows with threads/quota and concurrency.
 
-    python -m engine_fixtures.mechbench.table [--quotas none,1.0,0.5] [--concurrency 1,4,16]
+    python -m engine_fixtures.mechbench.grid [--quotas none,1.0,0.5] [--concurrency 1,4,16]
         [--threads cpus,64,1] [--repeats 3] [--res 1024] [--passive] [--jsonl out.jsonl]
 
 One group per (quota, concurrency): every thread arm's torch and buffer rigs run interleaved in that
@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from engine_fixtures.mechbench.arms import MechArm, visible_cpus
-from engine_fixtures.mechbench.runner import run_arms
+from engine_fixtures.mechbench.driver import run_arms
 from engine_fixtures.store.results import RunResult
 
 
