@@ -21,7 +21,13 @@ Judging:
 - ``perf_record(result) -> list[Verdict]``: records and judges a ``RunResult`` against this machine's
   baseline (``judge.recorder.PerfRecorder``).
 - ``perf_invariant(label, metric, reference, current, bound, paired=True) -> Verdict``: a same-run invariant
-  between arms (``reference``/``current`` are RunResults or sample sequences).
+  between arms (``reference``/``current`` are RunResults or sample sequences); ``perf_invariant.check(inv)``
+  judges a declared ``scenarios.invariants.Invariant`` from this session's results.
+
+Scenarios:
+- ``perf_results`` (session): this session's measured results by arm id (``scenarios.registry``).
+- ``perf_mechanism(scenario) -> {arm id: RunResult}`` (session): measures a ``MechScenario`` once per session,
+  until its verdicts are decided; the control arm is recorded as the machine's yardstick (diagnostics).
 """
 
 from __future__ import annotations
@@ -39,12 +45,17 @@ from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.isolation.cgroups import CpuQuota, probe_quota_support
 from engine_fixtures.isolation.leaks import LeakSnapshot, no_leaks
-from engine_fixtures.judge.recorder import PerfRecorder
+from engine_fixtures.judge.recorder import InvariantJudge, PerfRecorder, session_verdicts
 from engine_fixtures.model.modeldir import check_model_dir, write_model_dir
 from engine_fixtures.options import SETTINGS_KEY, Settings
 from engine_fixtures.report.session import get_session
+from engine_fixtures.scenarios import mechanism
+from engine_fixtures.scenarios.mechanism import MechScenario
+from engine_fixtures.scenarios.registry import ScenarioResults, results_of
 
 QuotaFactory = Callable[..., CpuQuota]
+CONTROL_WHY = ("the control arm: its numbers are this machine's speed today, which the other arms' rel.* "
+               "ratios divide out")
 
 
 @pytest.fixture(scope="session")
@@ -118,6 +129,30 @@ def engine(request: pytest.FixtureRequest, engine_factory: EngineFactory) -> Eng
     return engine_factory.get(apply_quota_setting(spec, settings.cpu_quota, settings.sources["cpu_quota"]))
 
 
+# ---------------------------------------------------------------------------------------------- scenarios
+@pytest.fixture(scope="session")
+def perf_results(pytestconfig: pytest.Config) -> ScenarioResults:
+    """This session's measured results by arm id (what cross-arm invariants read)."""
+    return results_of(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def perf_mechanism(pytestconfig: pytest.Config, perf_results: ScenarioResults) -> Callable[..., dict]:
+    """``perf_mechanism(scenario)``: the ``MechScenario``'s results by arm id, measured once per session."""
+    session = get_session(pytestconfig)
+
+    def run(scenario: MechScenario) -> dict:
+        cached = perf_results.cached_set(scenario.name)
+        if cached is None:
+            cached = mechanism.measure(scenario, session.settings, lambda r, a: session_verdicts(session, r, a))
+            perf_results.put_set(scenario.name, cached)
+            if scenario.control is not None:
+                session.record_diagnostic(cached[scenario.control.id], CONTROL_WHY)
+        return cached
+
+    return run
+
+
 # ---------------------------------------------------------------------------------------------- judging
 @pytest.fixture
 def perf_record(request: pytest.FixtureRequest) -> PerfRecorder:
@@ -126,6 +161,6 @@ def perf_record(request: pytest.FixtureRequest) -> PerfRecorder:
 
 
 @pytest.fixture
-def perf_invariant(perf_record: PerfRecorder) -> object:
-    """``perf_invariant(label, metric, reference, current, bound, paired=True) -> Verdict``."""
-    return perf_record.invariant
+def perf_invariant(perf_record: PerfRecorder, perf_results: ScenarioResults) -> InvariantJudge:
+    """``perf_invariant(label, metric, reference, current, bound, paired=True) -> Verdict``; ``.check(inv)``."""
+    return InvariantJudge(perf_record, perf_results)

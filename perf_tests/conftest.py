@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture(autouse=True)
 def _isolate_inner_pytest_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs of pytest inside a test (pytester) must not inherit this session's PERF_* settings, e.g. the
-    PERF_JUDGE_BASELINES=no that CI's tox env sets: each self-test states the options it means."""
+    PERF_STRICT that a tox env sets: each self-test states the options it means."""
     if "pytester" in request.fixturenames:
         for name in [k for k in os.environ if k.startswith("PERF_")]:
             monkeypatch.delenv(name)

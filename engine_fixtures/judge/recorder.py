@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,6 +52,17 @@ def alpha_of(result: RunResult) -> float:
     return float(result.metadata.get(ALPHA_KEY, ALPHA))
 
 
+def session_verdicts(session: PerfSession, result: RunResult, alpha: float | None = None,
+                     floor: float | None = None) -> list[Verdict]:
+    """``result`` judged against its pooled baseline in ``session``'s store (no test item needed: the sequential
+    runners call it between looks)."""
+    base = session.store.load(result.scenario)
+    pool = base if isinstance(base, Baseline) else None
+    return judge_result(result.samples, pool, scenario=result.scenario,
+                        alpha=alpha_of(result) if alpha is None else alpha,
+                        floor=session.settings.floor if floor is None else floor)
+
+
 class PerfRecorder:
     """The callable behind ``perf_record``."""
 
@@ -67,10 +79,7 @@ class PerfRecorder:
 
     def verdicts(self, result: RunResult, alpha: float | None = None) -> list[Verdict]:
         """``result`` judged against its pooled baseline; nothing is recorded."""
-        base = self.baseline(result.scenario)
-        pool = base if isinstance(base, Baseline) else None
-        return judge_result(result.samples, pool, scenario=result.scenario,
-                            alpha=alpha_of(result) if alpha is None else alpha, floor=self.floor)
+        return session_verdicts(self.session, result, alpha, self.floor)
 
     def __call__(self, result: RunResult) -> list[Verdict]:
         __tracebackhide__ = True
@@ -157,3 +166,21 @@ def conclude(scenario: str, verdicts: Sequence[Verdict], strict: bool, missing: 
             raise ConfigError(f"{scenario}: no metric of this result is judged (all are diagnostics); a number no "
                               "verdict reads is not a test: record it with perf_record.diagnostic(result, why)")
         pytest.skip(missing or f"{scenario}: {building}: {UPDATE_HINT}")
+
+
+class InvariantJudge:
+    """The callable behind ``perf_invariant``; ``check(inv)`` judges a declared invariant from the session's
+    results (``scenarios.registry``), skipping with the fix when an arm it needs was not measured."""
+
+    def __init__(self, recorder: PerfRecorder, results: Any) -> None:
+        self.recorder = recorder
+        self.results = results
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Verdict:
+        __tracebackhide__ = True
+        return self.recorder.invariant(*args, **kwargs)
+
+    def check(self, inv: Any) -> Verdict:
+        __tracebackhide__ = True
+        ref, cur = self.results.get(inv.reference), self.results.get(inv.candidate)
+        return self.recorder.invariant(inv.label, inv.metric, ref, cur, inv.bound, paired=inv.paired)

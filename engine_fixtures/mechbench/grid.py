@@ -20,6 +20,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.mechbench.arms import MechArm, visible_cpus
 from engine_fixtures.mechbench.driver import run_arms
 from engine_fixtures.store.results import RunResult
@@ -89,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for q in args.quotas.split(","):
         for c in (int(x) for x in args.concurrency.split(",")):
             arms = group(None if q == "none" else float(q), c, threads, args.res, args.passive)
-            results = run_arms(arms, repeats=args.repeats, warmup=1, requests=max(24, 2 * c))
+            results = run_arms(arms, Budget.fixed(args.repeats), warmup=1, requests=max(24, 2 * c))
             if args.jsonl:
                 with args.jsonl.open("a") as f:
                     for r in results:

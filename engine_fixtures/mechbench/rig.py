@@ -57,7 +57,10 @@ class Rig:
     stage_ms: list[list[float]] = field(default_factory=list)  # per window: [decode ms, SHM create ms]
 
     @classmethod
-    def start(cls, arm: MechArm, stack: ExitStack, tmp: str, seed: int, cgroup_name: str = "mech") -> Rig:
+    def start(cls, arm: MechArm, stack: ExitStack, tmp: str, seed: int, cgroup_name: str = "mech", *,
+              copy_impl: str | None = None, spin_ms: float = 0.0) -> Rig:
+        """Start ``arm``'s consumer and producer; ``copy_impl``/``spin_ms`` inject a forced copy or a CPU spin
+        per request (``--perf-inject``), else the arm runs as declared."""
         quota = stack.enter_context(CpuQuota(arm.quota, name=cgroup_name))
         address = os.path.join(tmp, f"c{seed}.sock")
         extra = {AUTHKEY_ENV: secrets.token_bytes(16).hex()}
@@ -69,8 +72,8 @@ class Rig:
                                     f"its log:\n{log_tail(clog)}")
         if arm.wait_policy == "passive":
             extra["OMP_WAIT_POLICY"] = "PASSIVE"
-        spec = {"copy": arm.copy, "threads": arm.thread_count(), "resolution": arm.resolution,
-                "concurrency": arm.concurrency, "address": address, "seed": seed}
+        spec = {"copy": copy_impl or arm.copy, "spin_ms": spin_ms, "threads": arm.thread_count(),
+                "resolution": arm.resolution, "concurrency": arm.concurrency, "address": address, "seed": seed}
         try:
             proc = Supervised.start(_launch("producer", (json.dumps(spec),), plog, extra), sandbox=quota)
         except QuotaNotPermitted as exc:

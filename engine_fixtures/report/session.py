@@ -70,6 +70,15 @@ class PerfSession:
         self.records.append(Record(nodeid, result.scenario, result.arm, tuple(verdicts),
                                    str(baseline_path) if baseline_path else None))
 
+    def record_diagnostic(self, result: RunResult, why: str) -> None:
+        """Record a result that no test judges (a control arm) as report-only rows next to its baseline."""
+        from engine_fixtures.judge.verdicts import diagnostic
+
+        base = self.store.load(result.scenario)
+        runs_for = getattr(base, "runs_for", lambda _name: [])
+        self.record(result.scenario, result, [diagnostic(n, v, runs_for(n), why) for n, v in result.samples.items()],
+                    None)
+
     def record_invariant(self, nodeid: str, scenario: str, verdict: Verdict) -> None:
         self.records.append(Record(nodeid, scenario, {}, (verdict,)))
 

@@ -1,107 +1,103 @@
-"""Mechanism benchmark of the SHM copy path: every arm judged against its baseline, plus the invariant.
+"""The CPU tier's main job: SGLang's SHM copy path under a real CPU quota, judged.
 
-Smoke scale (default; CI): torch vs buffer at threads = visible CPUs, C=4, 1024 px, under a 0.5-core
-quota and without one; the four arms run interleaved once per module and feed both the per-arm
-``perf_record`` tests and the invariant. ``--perf-scale full``: every (threads, quota, resolution,
-concurrency) pair of the grid, torch and buffer interleaved, marked slow.
+Declarations only; ``scenarios.mechanism`` measures and ``judge`` decides.
+
+Smoke scale (default; CI and ``tox -e perf-cpu``): at threads = visible CPUs, C=4, 1024 px, under a 0.5-core
+quota, the torch copy (SGLang's line), the buffer copy (the fix), SGLang's own ``ShmPointerMMData`` where it
+imports, and the ``control`` arm (a frozen memmove every arm is expressed against, round by round), all
+interleaved in one run. Every arm is judged against its pooled baseline: ``rel.*`` (ratios to the control,
+which travel between hosts of one machine kind) and the absolute numbers; the invariants compare arms of the
+same rounds and need no baseline, so a fresh box still gets a verdict. ``--perf-scale full`` adds the
+(threads, quota, resolution, concurrency) grid and the OMP_WAIT_POLICY=PASSIVE arm, marked slow.
 """
 
 from __future__ import annotations
 
-import os
-
-import numpy as np
 import pytest
 
+from engine_fixtures import sglang_version
+from engine_fixtures.errors import InvariantViolated
 from engine_fixtures.mechbench.arms import THREAD_ARMS, MechArm
-from engine_fixtures.mechbench.driver import run_arms
-from engine_fixtures.mechbench.grid import ratio_spread
-from engine_fixtures.store.results import RunResult
-from engine_fixtures.transport.shm import COPY_ARMS
+from engine_fixtures.mechbench.handles import sglang_skip_reason
+from engine_fixtures.scenarios.invariants import Invariant
+from engine_fixtures.scenarios.mechanism import MechScenario
 
 QUOTA = 0.5
-SMOKE_QUOTA = [MechArm(copy=c, threads="cpus", quota=QUOTA, resolution=1024, concurrency=4) for c in COPY_ARMS]
-SMOKE_FREE = [MechArm(copy=c, threads="cpus", quota=None, resolution=1024, concurrency=4) for c in COPY_ARMS]
-SMOKE = SMOKE_QUOTA + SMOKE_FREE
-PAIRS = [(t, q, r, n) for t in THREAD_ARMS for q in (None, 0.5, 1.0) for r in (512, 1024, 2048) for n in (1, 4, 16)
-         if MechArm(threads=t, quota=q, resolution=r, concurrency=n) not in SMOKE]
-WARMUP = 2  # the first window after start ran up to 20% slow (page cache, allocator), inflating the CV
-REQUESTS = 48  # ~3.5 s windows at quota 0.5 (35 CFS periods): the torch arm is bursty under the quota,
-# and 24-request windows left its CV at 7-15% (often "unstable"); 48 brings it under the gate's 10%
+
+
+def quota_arm(copy: str, **kw: object) -> MechArm:
+    return MechArm(copy=copy, threads="cpus", quota=QUOTA, resolution=1024, concurrency=4, **kw)
+
+
+TORCH, BUFFER, CONTROL, SGLANG = (quota_arm(c) for c in ("torch", "buffer", "control", "sglang"))
+SGLANG_SKIP = sglang_skip_reason()
+SHM_COPY_UNFIXED = sglang_version.shm_copy_unfixed(sglang_version.parse(sglang_version.installed()))
+FAN_OUT = Invariant(
+    "buffer >= 1.05x torch under quota", "requests_per_s", TORCH.id, BUFFER.id, 1.05,
+    why="the fan-out penalty reproduces: with threads = visible CPUs and a binding quota the torch copy's idle "
+        "intra-op workers spin and burn the quota (measured 1.17-1.26x on Intel 2-core boxes, 1.45x on AMD)")
+STOCK = Invariant(
+    "stock SGLang >= 0.95x buffer under quota", "requests_per_s", BUFFER.id, SGLANG.id, 0.95,
+    why="SGLang as shipped keeps up with the buffer copy; it does not while its ShmPointerMMData copies with torch")
+SMOKE = MechScenario("mech-smoke", (TORCH, BUFFER, CONTROL, *(() if SGLANG_SKIP else (SGLANG,))), CONTROL,
+                     (FAN_OUT, *(() if SGLANG_SKIP else (STOCK,))), warmup=2, requests=48)
+# 48-request windows: ~3.5 s at quota 0.5 (35 CFS periods); the first window after start ran up to 20 % slow
 
 pytestmark = [pytest.mark.mechanism, pytest.mark.cgroup()]
+needs_sglang = pytest.mark.skipif(SGLANG_SKIP is not None, reason=SGLANG_SKIP or "")
 
 
 @pytest.fixture(scope="module")
-def smoke_results(perf_settings) -> dict[MechArm, RunResult]:
-    """The four smoke arms measured interleaved in one run (shared by the arm tests and the invariant)."""
-    return dict(zip(SMOKE, run_arms(SMOKE, repeats=perf_settings.repeats, warmup=WARMUP, requests=REQUESTS),
-                    strict=True))
-
-
-# Without a quota the producer, the consumer and the driver share the box's 2 CPUs, so those arms' absolute
-# numbers measure the scheduler more than the copy: their level moved by ~15% between otherwise identical runs
-# on an idle box (buffer p50 114.8 / 131.9 / 130.6 ms) while each run's repeats agreed, which a within-run
-# test reads as a regression. They are the control of the invariant below, reported and never judged alone.
-CONTROL = "no quota: a control arm; on a 2-core box its level moves ~15% between runs"
+def smoke(perf_mechanism) -> dict:  # type: ignore[no-untyped-def]
+    return perf_mechanism(SMOKE)
 
 
 @pytest.mark.perf
-@pytest.mark.parametrize("arm", SMOKE, ids=lambda a: a.id)
-def test_mech_arm(arm: MechArm, smoke_results, perf_record) -> None:
-    if arm.quota is None and len(os.sched_getaffinity(0)) <= 2:
-        perf_record.report(smoke_results[arm], CONTROL)
-    else:
-        perf_record(smoke_results[arm])
+@pytest.mark.parametrize("arm", [TORCH, BUFFER, pytest.param(SGLANG, marks=needs_sglang)], ids=lambda a: a.id)
+def test_mech_arm(arm: MechArm, smoke, perf_record) -> None:  # type: ignore[no-untyped-def]
+    perf_record(smoke[arm.id])
 
 
 @pytest.mark.perf
-def test_buffer_not_slower_than_torch_under_quota(smoke_results, perf_invariant, request) -> None:
-    """threads = visible CPUs, quota 0.5: buffer req/s >= 0.95 x torch req/s unless the gate calls it noise."""
-    torch_r, buffer_r = (smoke_results[a] for a in SMOKE_QUOTA)
-    med, q1, q3 = ratio_spread(buffer_r.samples["requests_per_s"], torch_r.samples["requests_per_s"])
-    free_med, free_q1, free_q3 = ratio_spread(*(smoke_results[a].samples["requests_per_s"] for a in SMOKE_FREE[::-1]))
-    # user_properties, not record_property: the latter warns (an error here) under --junitxml's default format
-    request.node.user_properties.append(("buffer_over_torch_quota", f"{med:.3f} [{q1:.3f}-{q3:.3f}]"))
-    request.node.user_properties.append(("buffer_over_torch_no_quota", f"{free_med:.3f} [{free_q1:.3f}-{free_q3:.3f}]"))
-    print(f"buffer/torch req/s per round, quota {QUOTA}: median {med:.2f}x IQR [{q1:.2f}-{q3:.2f}]; "
-          f"no quota: {free_med:.2f}x [{free_q1:.2f}-{free_q3:.2f}]")
-    perf_invariant("requests_per_s", torch_r, buffer_r, 0.95, label=f"buffer/torch quota={QUOTA} threads=cpus")
+def test_buffer_copy_beats_torch_under_quota(smoke, perf_invariant) -> None:  # type: ignore[no-untyped-def]
+    perf_invariant.check(FAN_OUT)
+
+
+@pytest.mark.perf
+@needs_sglang
+@pytest.mark.xfail(SHM_COPY_UNFIXED, strict=True, raises=InvariantViolated,
+                   reason="regression 1 is unfixed in SGLang 0.5.12..0.5.23: ShmPointerMMData copies with torch "
+                          "copy_, whose intra-op fan-out burns the quota")
+def test_stock_sglang_copy_keeps_up_with_buffer(smoke, perf_invariant) -> None:  # type: ignore[no-untyped-def]
+    perf_invariant.check(STOCK)
+
+
+def grid_scenario(threads: str, quota: float | None, res: int, c: int) -> MechScenario:
+    arms = tuple(MechArm(copy=x, threads=threads, quota=quota, resolution=res, concurrency=c)
+                 for x in ("torch", "buffer", "control"))
+    return MechScenario(f"mech-grid-{threads}-{quota}-{res}-{c}", arms, arms[2], (), warmup=1,
+                        requests=max(48, 2 * c))
+
+
+GRID = [grid_scenario(t, q, r, n) for t in THREAD_ARMS for q in (None, 0.5, 1.0) for r in (512, 1024, 2048)
+        for n in (1, 4, 16) if (t, q, r, n) != ("cpus", QUOTA, 1024, 4)]
+PASSIVE = [MechScenario(f"mech-passive-{q}", (MechArm(copy="torch", quota=q, wait_policy="passive"),
+                                              MechArm(copy="torch", quota=q), MechArm(copy="buffer", quota=q),
+                                              MechArm(copy="control", quota=q)), MechArm(copy="control", quota=q))
+           for q in (None, 0.5, 1.0)]
+
+
+@pytest.fixture
+def full_scale(perf_settings) -> None:  # type: ignore[no-untyped-def]
+    if perf_settings.scale != "full":
+        pytest.skip("full-grid arm: run with --perf-scale full")
 
 
 @pytest.mark.slow
 @pytest.mark.perf
-@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"threads={p[0]}-quota={p[1] or 'none'}-res={p[2]}-c={p[3]}")
-def test_mech_pair_full(pair, perf_settings, perf_record) -> None:
-    """Full grid: torch and buffer of one (threads, quota, resolution, concurrency) interleaved."""
-    if perf_settings.scale != "full":
-        pytest.skip("full-grid arm: run with --perf-scale full")
-    t, q, r, n = pair
-    arms = [MechArm(copy=c, threads=t, quota=q, resolution=r, concurrency=n) for c in COPY_ARMS]
-    results = run_arms(arms, repeats=perf_settings.repeats, warmup=1, requests=max(REQUESTS, 2 * n))
-    for res in results:
-        print(res.scenario, "req/s median", f"{np.median(res.samples['requests_per_s']):.2f}")
-    failures = []
-    for res in results:  # judge both arms even if the first regresses
-        try:
-            perf_record(res)
-        except pytest.skip.Exception as exc:
-            failures.append(exc)
-    if failures:
-        pytest.skip(str(failures[0]))
-
-
-@pytest.mark.slow
-@pytest.mark.perf
-@pytest.mark.parametrize("quota", [None, 0.5, 1.0], ids=lambda q: f"quota={q or 'none'}")
-def test_mech_passive_wait_full(quota: float | None, perf_settings, perf_record) -> None:
-    """The third fix: torch copy with OMP_WAIT_POLICY=PASSIVE, interleaved with both copy arms."""
-    if perf_settings.scale != "full":
-        pytest.skip("full-grid arm: run with --perf-scale full")
-    arms = [MechArm(copy="torch", quota=quota, wait_policy="passive"),
-            *(MechArm(copy=c, quota=quota) for c in COPY_ARMS)]
-    passive, torch_r, buffer_r = run_arms(arms, repeats=perf_settings.repeats, warmup=1, requests=REQUESTS)
-    for other in (torch_r, buffer_r):  # context only: those scenarios are judged by test_mech_pair_full/smoke
-        med, q1, q3 = ratio_spread(passive.samples["requests_per_s"], other.samples["requests_per_s"])
-        print(f"passive/{other.arm['copy']} req/s per round: {med:.2f}x [{q1:.2f}-{q3:.2f}]")
-    perf_record(passive)
+@pytest.mark.parametrize("scenario", GRID + PASSIVE, ids=lambda s: s.name)
+@pytest.mark.parametrize("which", ["torch", "buffer"])
+def test_mech_grid(scenario: MechScenario, which: str, full_scale, perf_mechanism, perf_record) -> None:  # type: ignore[no-untyped-def]
+    results = perf_mechanism(scenario)
+    arm = next(a for a in scenario.judged_arms if a.copy == which and a.wait_policy == "default")
+    perf_record(results[arm.id])

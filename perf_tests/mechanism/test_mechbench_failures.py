@@ -15,6 +15,7 @@ import pytest
 
 from engine_fixtures.errors import ConfigError, MeasurementError, ProcessCrashed
 from engine_fixtures.isolation.leaks import mapped_semaphores, semaphore_files
+from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.mechbench.arms import MechArm, pixel_shape
 from engine_fixtures.mechbench.driver import run_arms
 from engine_fixtures.mechbench.producer import MECH_PREFIX
@@ -87,10 +88,12 @@ def test_killed_producer_raises_process_crashed(rig_stack: Rig) -> None:
 
 
 def test_run_arms_rejects_bad_plans() -> None:
-    with pytest.raises(ConfigError, match="repeats >= 1"):
-        run_arms([SMALL], repeats=0)
+    with pytest.raises(ConfigError, match="initial <= maximum"):
+        run_arms([SMALL], Budget(0, 1, 1))
     with pytest.raises(ConfigError, match="same arm twice"):
-        run_arms([SMALL, SMALL], repeats=1)
+        run_arms([SMALL, SMALL], Budget.fixed(1))
+    with pytest.raises(ConfigError, match="control arm"):
+        run_arms([SMALL], Budget.fixed(1), control=MechArm(copy="control"))
 
 
 def test_mapped_semaphores_sees_a_live_multiprocessing_lock() -> None:
@@ -114,9 +117,35 @@ def test_mapped_semaphores_sees_a_live_multiprocessing_lock() -> None:
 def test_run_arms_small_result_uses_registered_metrics() -> None:
     from engine_fixtures.judge.metrics import metric
 
-    (result,) = run_arms([SMALL], repeats=1, warmup=0, requests=2)
+    (result,) = run_arms([SMALL], Budget.fixed(1), warmup=0, requests=2)
     assert result.scenario == "mech/copy=torch/threads=cpus/quota=0.5/res=256/c=2"
     for name, values in result.samples.items():
         assert metric(name).name == name
         assert len(values) == 1
     assert result.samples["requests_per_s"][0] > 0
+
+
+def test_control_ratios_injection_and_sequential_rounds() -> None:
+    """rel.* metrics are the arm over the control in the same round; an injected spin is recorded and slows the
+    arm; rounds grow in steps while the judge says undecided, and stop at the budget."""
+    from engine_fixtures.inject import parse_injection
+
+    arms = [MechArm(copy=c, threads="cpus", quota=0.5, resolution=256, concurrency=2) for c in ("torch", "control")]
+    looks: list[int] = []
+
+    def undecided(results: list, alpha: float) -> list[str]:
+        looks.append(len(results[0].samples["requests_per_s"]))
+        assert alpha == pytest.approx(0.01 / 3)
+        return ["always"]
+
+    torch_r, control_r = run_arms(arms, Budget(2, 1, 4), warmup=0, requests=4, control=arms[1],
+                                  injection=parse_injection("slow:torch=40"), undecided=undecided)
+    assert looks == [2, 3, 4]
+    ratios = [t / c for t, c in zip(torch_r.samples["requests_per_s"], control_r.samples["requests_per_s"],
+                                    strict=True)]
+    assert torch_r.samples["rel.requests_per_s"] == pytest.approx(tuple(ratios))
+    assert "rel.requests_per_s" not in control_r.samples
+    assert torch_r.metadata["injected"] == {"copy_impl": "torch", "spin_ms": 40.0}
+    assert torch_r.metadata["rounds"] == 4
+    assert torch_r.metadata["undecided_at_budget"] == ["always"]
+    assert max(ratios) < 0.8  # 40 ms of CPU per request inside a 0.5-core quota: the arm is clearly slower

@@ -1,0 +1,28 @@
+"""``Invariant``: a relation between two arms measured in the same run, judged with ``judge_invariant``.
+
+``Invariant(label, metric, reference, candidate, bound, paired)`` reads "candidate >= bound x reference in
+the metric's good direction". ``paired`` invariants compare windows of the same round (arms interleaved in one
+rig set: the mechanism tier); unpaired ones compare two separately measured arms (separate engines). The
+reference and candidate are arm ids in ``ScenarioResults``. ``xfail_when`` names a known upstream regression
+(``sglang_version`` ranges): the test carrying the invariant is then a strict expected failure with
+``raises=InvariantViolated``, so a release that fixes it turns the run red until the marker is updated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Invariant:
+    label: str
+    metric: str
+    reference: str
+    candidate: str
+    bound: float
+    paired: bool = True
+    why: str = ""
+
+    @property
+    def id(self) -> str:
+        return self.label.replace(" ", "-")
