@@ -24,7 +24,7 @@ from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, ProcessCrashed, ProcessStartError
 from engine_fixtures.model.modeldir import write_model_dir
 
-STUB = ("-m", "perf_tests.engine.stub_engine")
+STUB = ("-m", "engine_fixtures.testing.stub_engine")
 DEADLINE_S = 60.0
 
 
