@@ -73,6 +73,22 @@ def test_missing_then_update_then_pass_then_regression(suite: pytest.Pytester,
     assert table.index("| regression |") < table.index("| report-only |") if "report-only" in table else True
 
 
+def test_failing_perf_test_shows_its_verdict_table_section(suite: pytest.Pytester,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failing perf_record test carries section "perf verdicts" (the table of its verdicts); a passing one
+    does not (report.sections.add_on_failure)."""
+    run(suite, "--perf-update-baselines").assert_outcomes(skipped=1, passed=1)
+    r = run(suite, "-rA")
+    r.assert_outcomes(passed=2)
+    assert "- perf verdicts -" not in r.stdout.str()
+    monkeypatch.setenv("SHIFT", "1.5")
+    r = run(suite)
+    r.assert_outcomes(failed=2)
+    r.stdout.fnmatch_lines(["*_ test_demo _*", "*- perf verdicts -*",
+                            "*demo/arm=a/c=4*latency_p50_ms*150 ms*+50.0%*regression*",
+                            "*_ test_invariant _*", "*- perf verdicts -*", "*requests_per_s*regression*"])
+
+
 def test_github_step_summary_is_appended(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     step = suite.path / "step.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
