@@ -1,5 +1,5 @@
-"""Both HTTP transports: ``http_client`` is validated, the aiohttp fallback keeps the same error
-semantics, and the lean ``fast`` transport handles HTTP shapes the stub never sends (Content-Length
+"""Both HTTP clients: ``http_client`` is validated, the aiohttp fallback keeps the same error
+semantics, and the lean ``fast`` client handles HTTP shapes the stub never sends (Content-Length
 SSE bodies, ``Connection: close``, bytes that are not HTTP)."""
 
 from __future__ import annotations
