@@ -15,11 +15,12 @@ Engine:
   session end (leak-checked).
 - ``engine``: parametrised indirectly, ``@pytest.mark.parametrize("engine", [spec_or_overrides],
   indirect=True)``, where the parameter is an ``EngineSpec`` or a dict of its fields (``model`` defaults
-  to ``perf_model_dir``, ``gpus`` to ``--perf-gpus``); see ``engine.params``.
+  to ``perf_model_dir``, ``gpus`` to ``--perf-gpus``); see ``engine.params``. A failing test that used it
+  shows section "engine log (tail)".
 
 Judging:
 - ``perf_record(result) -> list[Verdict]``: records and judges a ``RunResult`` against this machine's
-  baseline (``judge.recorder.PerfRecorder``).
+  baseline (``judge.recorder.PerfRecorder``); a failing test shows section "perf verdicts".
 - ``perf_invariant(label, metric, reference, current, bound, paired=True) -> Verdict``: a same-run invariant
   between arms (``reference``/``current`` are RunResults or sample sequences); ``perf_invariant.check(inv)``
   judges a declared ``scenarios.invariants.Invariant`` from this session's results.
@@ -48,6 +49,7 @@ from engine_fixtures.isolation.leaks import LeakSnapshot, no_leaks
 from engine_fixtures.judge.recorder import InvariantJudge, PerfRecorder, session_verdicts
 from engine_fixtures.model.modeldir import check_model_dir, write_model_dir
 from engine_fixtures.options import SETTINGS_KEY, Settings
+from engine_fixtures.report import sections
 from engine_fixtures.report.session import get_session
 from engine_fixtures.scenarios import mechanism
 from engine_fixtures.scenarios.mechanism import MechScenario
@@ -126,7 +128,9 @@ def engine(request: pytest.FixtureRequest, engine_factory: EngineFactory) -> Eng
     needs_model = not isinstance(param, EngineSpec) and "model" not in param
     model = request.getfixturevalue("perf_model_dir") if needs_model else Path()
     spec = spec_from_param(param, model, settings.gpus)
-    return engine_factory.get(apply_quota_setting(spec, settings.cpu_quota, settings.sources["cpu_quota"]))
+    handle = engine_factory.get(apply_quota_setting(spec, settings.cpu_quota, settings.sources["cpu_quota"]))
+    sections.add_on_failure(request.node, "engine log (tail)", handle.log_tail)
+    return handle
 
 
 # ---------------------------------------------------------------------------------------------- scenarios

@@ -1,6 +1,6 @@
-"""The aiohttp transport (``WorkloadSpec.http_client="aiohttp"``): one ``ClientSession`` with a
+"""The aiohttp HTTP client (``WorkloadSpec.http_client="aiohttp"``): one ``ClientSession`` with a
 keep-alive connector sized to the concurrency, a coroutine per request. Slower per request than the
-``fast`` transport, but a full HTTP client: use it for TLS (``https://``), redirects or servers that
+``fast`` client, but a full HTTP client: use it for TLS (``https://``), redirects or servers that
 end bodies by closing the connection."""
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """The load process's measuring core: clock origin, event-loop lag probe, CPU time, and the per-request
-records built after the clock. The requests themselves go through one of two HTTP transports, chosen by
+records built after the clock. The requests themselves go through one of two HTTP clients, chosen by
 ``WorkloadSpec.http_client``:
 
 - ``"fast"`` (default, ``fast_client``): lean HTTP/1.1 keep-alive over asyncio Protocols + httptools,
   request heads pre-serialised before the clock, no coroutine per request. Plain ``http://`` only.
 - ``"aiohttp"`` (``aiohttp_client``): slower per request but a full HTTP client (TLS, redirects,
-  close-delimited bodies); use it for servers the lean transport cannot talk to.
+  close-delimited bodies); use it for servers the lean client cannot talk to.
 
 Both feed raw rows ``(index, intended, sent, end, token_times, usage_tokens, status, error)`` into the
-same list, with the same error kinds, so records and reports do not depend on the transport.
+same list, with the same error kinds, so records and reports do not depend on the HTTP client.
 
 Closed-loop scheduling delay is this client's own turnaround (a slot freed -> the next request handed
 to the transport). It cannot see time a finished response waited in the socket while the loop was

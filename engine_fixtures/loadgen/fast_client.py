@@ -1,4 +1,4 @@
-"""The ``fast`` transport's scheduler (``WorkloadSpec.http_client="fast"``, the default): closed loop
+"""The ``fast`` HTTP client's scheduler (``WorkloadSpec.http_client="fast"``, the default): closed loop
 with one persistent connection per concurrency slot, open loop with a pool of idle keep-alive
 connections (a new one when none is idle). No coroutine per request: a finished response's callback
 sends the slot's next request directly. Connections are opened lazily with ``connect_timeout_s`` and

@@ -61,7 +61,7 @@ class FastConnection(asyncio.Protocol):
 
     # -- the caller's side ---------------------------------------------------------------------------
     def send(self, index: int, intended: float, sent: float, head: bytes, body: bytes) -> None:
-        """Start request ``index``; ``sent`` is when it was handed to this transport."""
+        """Start request ``index``; ``sent`` is when it was handed to this connection."""
         assert self.alive
         assert not self.busy
         assert self.transport is not None

@@ -31,7 +31,7 @@ class RequestError:
 class RequestRecord:
     """One request; times are seconds since the run's clock origin. ``intended_s`` is when it should
     have been sent (closed loop: when its slot freed, as this client saw it; open loop: its scheduled
-    arrival), ``sent_s`` when it was handed to the HTTP transport (TTFT and e2e start there, as in
+    arrival), ``sent_s`` when it was handed to the HTTP client (TTFT and e2e start there, as in
     sglang.bench_serving), ``token_times_s`` when each content chunk was read.
     ``output_tokens`` comes from the usage chunk when present (``tokens_from='usage'``), else it is
     the content chunk count (``'chunks'``)."""

@@ -20,7 +20,7 @@ class WorkloadSpec:
     measured. ``output_tokens`` is exact: ``max_tokens`` + ``ignore_eos`` + ``temperature=0``, and a
     response with any other count is an error. Thresholds say when the client, not the server, was
     the bottleneck (see ``LoadReport.client_bound``). ``http_client``: ``"fast"`` (lean HTTP/1.1
-    keep-alive transport on httptools, plain ``http://`` only) or ``"aiohttp"`` (slower per request,
+    keep-alive client on httptools, plain ``http://`` only) or ``"aiohttp"`` (slower per request,
     but TLS, redirects and close-delimited bodies work)."""
 
     num_requests: int
@@ -75,7 +75,7 @@ class WorkloadSpec:
         if self.http_client not in HTTP_CLIENTS:
             raise ConfigError(
                 f"http_client={self.http_client!r}: must be one of {', '.join(HTTP_CLIENTS)} "
-                "('aiohttp' for https:// or servers the lean 'fast' transport cannot talk to)"
+                "('aiohttp' for https:// or servers the lean 'fast' client cannot talk to)"
             )
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"model={self.model!r}: must be a non-empty model name (use 'default' for SGLang)")

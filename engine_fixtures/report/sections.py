@@ -1,7 +1,8 @@
 """Diagnostics attached to a failing test's report (Hypothesis/pytest-benchmark style), not printed.
 
-A fixture registers a callable (e.g. "engine log tail"); the plugin calls it only when the test
-failed, so a passing run pays nothing and a failing one shows the evidence next to the failure.
+A fixture registers a callable (the ``engine`` fixture: "engine log (tail)"; ``perf_record``: "perf
+verdicts"); the plugin's ``pytest_runtest_makereport`` calls it only when the test failed, so a passing run
+pays nothing and a failing one shows the evidence next to the failure.
 """
 
 from __future__ import annotations

@@ -24,8 +24,10 @@ from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, ProcessCrashed, ProcessStartError
 from engine_fixtures.model.modeldir import write_model_dir
 
-STUB = ("-m", "perf_tests.engine.stub_engine")
+STUB = ("-m", "engine_fixtures.testing.stub_engine")
 DEADLINE_S = 60.0
+
+pytest_plugins = ("pytester",)
 
 
 @pytest.fixture(scope="module")
@@ -159,3 +161,23 @@ def test_arm_env_and_proof_dir_reach_the_engine(model: Path, tmp_path: Path) -> 
         assert json.loads(next(h.proof_dir.glob("proof-*.json")).read_text())["requested"]["copy"] == "buffer"
     finally:
         h.stop()
+
+
+FAILING_ENGINE_TEST = """
+import pytest
+
+STUB = {"launcher": ("-m", "engine_fixtures.testing.stub_engine"), "name": "stub", "proof": False}
+
+@pytest.mark.parametrize("engine", [STUB], indirect=True)
+def test_uses_the_engine(engine):
+    assert engine.health()
+    raise AssertionError("boom")
+"""
+
+
+def test_failing_test_shows_the_engine_log_tail(pytester: pytest.Pytester) -> None:
+    """The ``engine`` fixture registers section "engine log (tail)", shown only because the test failed."""
+    pytester.makepyfile(test_engine_user=FAILING_ENGINE_TEST)
+    r = pytester.runpytest_subprocess()
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*AssertionError: boom*", "*- engine log (tail) -*", "stub_engine: serving on*"])

@@ -13,7 +13,7 @@ from engine_fixtures.isolation.cgroups import probe_quota_support
 from engine_fixtures.isolation.leaks import LeakSnapshot
 from engine_fixtures.model.modeldir import write_model_dir
 
-STUB = ("-m", "perf_tests.engine.stub_engine")
+STUB = ("-m", "engine_fixtures.testing.stub_engine")
 
 
 @pytest.fixture(scope="module")

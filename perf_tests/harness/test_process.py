@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from engine_fixtures import testing
 from engine_fixtures.errors import ConfigError, ProcessCrashed, ProcessStartError
 from engine_fixtures.isolation.cgroups import CpuQuota
 from engine_fixtures.isolation.leaks import no_leaks
@@ -25,7 +26,7 @@ from engine_fixtures.isolation.process import (
 )
 from engine_fixtures.isolation.signals import describe_exit
 
-PROC_TREE = Path(__file__).with_name("proc_tree.py")
+PROC_TREE = Path(testing.__file__).with_name("proc_tree.py")
 Starter = Callable[..., Supervised]
 
 

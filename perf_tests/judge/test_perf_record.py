@@ -128,6 +128,22 @@ def test_an_improvement_fails_strict_mode_because_the_baseline_is_stale(
     run(suite, "-k", "not invariant", "--perf-strict", "no").assert_outcomes(passed=1)
 
 
+def test_failing_perf_test_shows_its_verdict_table_section(suite: pytest.Pytester,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failing perf_record test carries section "perf verdicts" (the table of its verdicts); a passing one
+    does not (report.sections.add_on_failure)."""
+    build_pool(suite, monkeypatch)
+    r = run(suite, "-rA")
+    r.assert_outcomes(passed=2)
+    assert "- perf verdicts -" not in r.stdout.str()
+    monkeypatch.setenv("SHIFT", "1.5")
+    r = run(suite)
+    r.assert_outcomes(failed=2)
+    r.stdout.fnmatch_lines(["*_ test_demo _*", "*- perf verdicts -*",
+                            "*demo/arm=a/c=4*latency_p50_ms*regression*",
+                            "*_ test_invariant _*", "*- perf verdicts -*", "*requests_per_s*regression*"])
+
+
 def test_github_step_summary_is_appended(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     step = suite.path / "step.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))

@@ -10,7 +10,7 @@ import numpy as np
 import psutil
 import pytest
 
-from perf_tests.loadgen.stub_process import StubServer, stub_server
+from engine_fixtures.testing.stub_process import StubServer, stub_server
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
-"""Proof of speed (short version of bench_vs_sglang.py): >= 3x the requests/s of sglang.bench_serving
-against the same zero-work stub, judged from the stub's side, in one interleaved run."""
+"""Proof of speed (short version of ``python -m engine_fixtures.loadgen.bench_vs_sglang``): >= 3x the
+requests/s of sglang.bench_serving against the same zero-work stub, judged from the stub's side, in one
+interleaved run."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import pytest
 from rich.console import Console
 
-from perf_tests.loadgen.bench_vs_sglang import compare, parse_args, side_venv_problem
+from engine_fixtures.loadgen.bench_vs_sglang import compare, parse_args, side_venv_problem
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
-"""Both HTTP transports: ``http_client`` is validated, the aiohttp fallback keeps the same error
-semantics, and the lean ``fast`` transport handles HTTP shapes the stub never sends (Content-Length
+"""Both HTTP clients: ``http_client`` is validated, the aiohttp fallback keeps the same error
+semantics, and the lean ``fast`` client handles HTTP shapes the stub never sends (Content-Length
 SSE bodies, ``Connection: close``, bytes that are not HTTP)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.loadgen import LoadError, WorkloadSpec, run_load
+from engine_fixtures.testing.stub_process import StubServer
 from perf_tests.loadgen.conftest import loadgen_children
-from perf_tests.loadgen.stub_process import StubServer
 
 SPEC = WorkloadSpec(num_requests=6, concurrency=2, images_per_request=0, output_tokens=3, request_timeout_s=10)
 AIOHTTP = WorkloadSpec(

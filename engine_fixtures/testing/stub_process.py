@@ -41,7 +41,7 @@ def stub_server(
     cmd = [
         python,
         "-m",
-        "perf_tests.loadgen.stub_server",
+        "engine_fixtures.testing.stub_server",
         "--port",
         "0",
         "--ttft-ms",
