@@ -29,6 +29,8 @@ Scenarios:
 - ``perf_results`` (session): this session's measured results by arm id (``scenarios.registry``).
 - ``perf_mechanism(scenario) -> {arm id: RunResult}`` (session): measures a ``MechScenario`` once per session,
   until its verdicts are decided; the control arm is recorded as the machine's yardstick (diagnostics).
+- ``perf_engine(scenario) -> list[Verdict]``: starts (or reuses) the engine of an ``EngineScenario``, measures
+  it until decided (pooled baseline, or A/B with ``--perf-reference``), checks the arm proof and judges it.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from engine_fixtures.options import SETTINGS_KEY, Settings
 from engine_fixtures.report import sections
 from engine_fixtures.report.session import get_session
 from engine_fixtures.scenarios import mechanism
+from engine_fixtures.scenarios.engine_runner import EngineScenarioRunner
 from engine_fixtures.scenarios.mechanism import MechScenario
 from engine_fixtures.scenarios.registry import ScenarioResults, results_of
 
@@ -155,6 +158,14 @@ def perf_mechanism(pytestconfig: pytest.Config, perf_results: ScenarioResults) -
         return cached
 
     return run
+
+
+@pytest.fixture
+def perf_engine(request: pytest.FixtureRequest, engine_factory: EngineFactory, perf_record: PerfRecorder,
+                perf_results: ScenarioResults) -> EngineScenarioRunner:
+    """``perf_engine(scenario) -> list[Verdict]`` (``scenarios.engine_runner``)."""
+    return EngineScenarioRunner(request, engine_factory, perf_record, perf_results,
+                                request.getfixturevalue("perf_model_dir"))
 
 
 # ---------------------------------------------------------------------------------------------- judging

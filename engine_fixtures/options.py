@@ -151,6 +151,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("reference", "Judge the engine tier as a paired A/B against this reference build, measured interleaved "
            "on this runner: venv:DIR, python:PATH, site:DIR, wheel:FILE.whl, patch:NAME=MS, env:K=V (join with "
            "'+'). Without it, results are judged against the pooled baselines.", str, None, "BUILD"),
+    Option("candidate", "The build judged in A/B mode (--perf-reference): 'installed' (default) or any "
+           "--perf-reference form, e.g. patch:slow-scheduler=0.3 to prove the gate with a known slowdown.", str,
+           "installed", "BUILD"),
     Option("inject", "Deliberate slowdowns or faults that prove the gates red (never recorded as baselines): "
            "slow:ARM=MS (mechanism producer spins MS ms per request) and copy:ARM=IMPL (arm copies with IMPL).",
            _parse_injection, None, "SPEC"),
@@ -243,6 +246,7 @@ class Settings:
     max_repeats: int = 15
     floor: float | None = None
     reference: str | None = None
+    candidate: str = "installed"
     inject: Injection | None = None
     window_requests: int = 64
     scale: str = "smoke"

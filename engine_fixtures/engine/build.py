@@ -8,6 +8,7 @@
 - ``wheel:FILE.whl``     the same interpreter with that wheel unpacked first on ``PYTHONPATH``
 - ``patch:NAME=MS,...``  the same install plus named patches of the suite's SGLang plugin (known slowdowns)
 - ``env:K=V,...``        the same install plus environment variables (e.g. an SGLang feature switch)
+- ``installed``          the suite's own interpreter and SGLang, unchanged (the default candidate)
 
 Example: ``--perf-reference venv:/opt/sglang-0.5.15`` or ``--perf-reference patch:slow-scheduler=0.3``.
 The build is part of ``EngineSpec`` (and so of the engine's key); the default is the suite's own interpreter.
@@ -34,7 +35,7 @@ VERSION_TIMEOUT_S = 60.0
 class EngineBuild:
     """Interpreter, extra import paths (first on PYTHONPATH), a wheel to unpack, and extra environment."""
 
-    label: str = "candidate"
+    label: str = "installed"
     python: str | None = None
     pythonpath: tuple[str, ...] = ()
     wheel: str | None = None
@@ -89,7 +90,10 @@ def _pairs(kind: str, text: str) -> tuple[tuple[str, str], ...]:
 
 
 def parse_reference(text: str) -> EngineBuild:
-    """Parse ``--perf-reference`` (see the module docstring); ConfigError names what is wrong and the forms."""
+    """Parse ``--perf-reference`` (see the module docstring); ConfigError names what is wrong and the forms.
+    ``installed`` is the suite's own interpreter and SGLang, unchanged."""
+    if text.strip() == "installed":
+        return EngineBuild()
     forms = "venv:DIR, python:PATH, site:DIR, wheel:FILE.whl, patch:NAME=MS, env:K=V (join with '+')"
     python: str | None = None
     paths: list[str] = []

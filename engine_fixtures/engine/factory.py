@@ -8,10 +8,13 @@ process, /dev/shm segment or cgroup outlived it (``leaks.LeakSnapshot``).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from engine_fixtures.engine.handle import EngineHandle, start_engine
 from engine_fixtures.engine.spec import EngineSpec
@@ -91,15 +94,25 @@ class EngineFactory:
         finally:
             self._check_leaks(spec, entry.before)
 
+    def _others(self) -> frozenset[int]:
+        """Processes of the engines still live (an A/B pair): not leaks of the one just stopped."""
+        pids: set[int] = set()
+        for live in self._live.values():
+            pids.add(live.handle.pid)
+            with contextlib.suppress(psutil.Error):
+                pids.update(c.pid for c in psutil.Process(live.handle.pid).children(recursive=True))
+        return frozenset(pids)
+
     def _check_leaks(self, spec: EngineSpec, before: LeakSnapshot) -> None:
         """Remove and report what the engine itself left in /dev/shm; LeakError for anything else."""
-        leftovers = engine_leftovers(before.new_since(LeakSnapshot.take(cgroup_prefix(spec))))
+        others = self._others()
+        leftovers = engine_leftovers(before.new_since(LeakSnapshot.take(cgroup_prefix(spec)), others))
         if leftovers:
             Leaks(shm=leftovers).reap()
             shown = ", ".join(leftovers[:6]) + (f" and {len(leftovers) - 6} more" if len(leftovers) > 6 else "")
             self.on_finding(f"engine {spec.key} ({spec.arm}) left {len(leftovers)} /dev/shm segment(s) after its "
                             f"stop; the fixture removed them: {shown}")
-        before.assert_no_new(LeakSnapshot.take(cgroup_prefix(spec)))
+        before.assert_no_new(LeakSnapshot.take(cgroup_prefix(spec)), others)
 
     def close(self) -> None:
         """Stop every live engine; the first error is raised after all were stopped."""

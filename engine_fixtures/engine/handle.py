@@ -51,8 +51,8 @@ def _plugin_installed() -> bool:
 
 def engine_env(spec: EngineSpec, workdir: Path, version: str | None) -> dict[str, str]:
     """Curated environment for the engine: arms, caches, proof dir, and a PYTHONPATH that finds the plugin."""
-    extra = spec.env(version)
-    paths = [str(REPO_ROOT)]
+    extra = {**spec.env(version), **spec.build.environ()}
+    paths = [*spec.build.import_paths(workdir), str(REPO_ROOT)]
     if spec.proof:
         proof_dir = workdir / "proof"
         proof_dir.mkdir(parents=True, exist_ok=True)
@@ -211,10 +211,13 @@ def start_engine(
     else:
         require_free_port(port)
     workdir.mkdir(parents=True, exist_ok=True)
-    version = sglang_version.installed() if spec.launcher == ("-m", "sglang.launch_server") else None
+    version = None
+    if spec.launcher == ("-m", "sglang.launch_server"):  # a reference build answers for its own release
+        version = sglang_version.installed() if spec.build.is_default else spec.build.sglang_version(workdir, python)
     env = engine_env(spec, workdir, version)
     launch = LaunchSpec(
-        tuple(spec.argv(python, port, version)), workdir / "engine.log", env, cwd=workdir, name=spec.name
+        tuple(spec.argv(spec.build.interpreter(python), port, version)), workdir / "engine.log", env, cwd=workdir,
+        name=spec.name
     )
     stack = ExitStack()
     try:

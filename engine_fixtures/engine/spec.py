@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from engine_fixtures import sglang_version
+from engine_fixtures.engine.build import EngineBuild
 from engine_fixtures.errors import ConfigError
 
 TRANSPORTS = ("cpu", "cuda_ipc")
@@ -57,6 +58,7 @@ class EngineSpec:
     proof: bool = True
     extra_args: tuple[str, ...] = ()
     launcher: tuple[str, ...] = SGLANG_LAUNCHER
+    build: EngineBuild = field(default_factory=EngineBuild)
     name: str = "sglang"
     meta: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
@@ -106,6 +108,8 @@ class EngineSpec:
             arm["ipc_cache"] = self.ipc_cache
         if self.pp > 1:
             arm["pp_mb"] = str(self.pp_max_micro_batch_size)
+        if self.max_running_requests is not None:
+            arm["max_running"] = str(self.max_running_requests)
         if self.cpu_quota is not None:
             arm["quota"] = f"{self.cpu_quota:g}"
         return arm

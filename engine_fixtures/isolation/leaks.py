@@ -149,13 +149,17 @@ class LeakSnapshot:
         shm = frozenset(os.listdir(SHM_DIR)) if SHM_DIR.is_dir() else frozenset()
         return cls(shm, _descendants(), find_cgroups(cgroup_prefix), cgroup_prefix)
 
-    def new_since(self, after: LeakSnapshot) -> Leaks:
+    def new_since(self, after: LeakSnapshot, exclude_pids: frozenset[int] = frozenset()) -> Leaks:
+        """What appeared since this snapshot; ``exclude_pids`` are processes that are still rightly alive (another
+        live engine of the same run): they, and segments only they hold, are not leaks."""
         holders = shm_holders() if after.shm - self.shm else {}
         shm = [n for n in after.shm - self.shm
-               if (SHM_DIR / n).exists() and (not holders.get(n) or _ours(holders[n]))]
+               if (SHM_DIR / n).exists() and (not holders.get(n) or _ours(holders[n] - exclude_pids))]
         cgroups = [p for p in after.cgroups - self.cgroups if p.exists() and _created_by_us(p)]
         procs = []
         for pid, _created in sorted(after.processes - self.processes):
+            if pid in exclude_pids:
+                continue
             try:
                 procs.append((pid, " ".join(psutil.Process(pid).cmdline())[:160]))
             except (psutil.NoSuchProcess, psutil.ZombieProcess):
@@ -164,9 +168,9 @@ class LeakSnapshot:
                 procs.append((pid, "?"))
         return Leaks(tuple(sorted(shm)), tuple(procs), tuple(sorted(cgroups)))
 
-    def assert_no_new(self, after: LeakSnapshot | None = None) -> None:
-        """LeakError listing everything that appeared since this snapshot."""
-        leaks = self.new_since(after or LeakSnapshot.take(self.cgroup_prefix))
+    def assert_no_new(self, after: LeakSnapshot | None = None, exclude_pids: frozenset[int] = frozenset()) -> None:
+        """LeakError listing everything that appeared since this snapshot (see ``new_since``)."""
+        leaks = self.new_since(after or LeakSnapshot.take(self.cgroup_prefix), exclude_pids)
         if leaks:
             raise LeakError(_message(leaks))
 

@@ -87,7 +87,7 @@ class PerfRecorder:
         verdicts = self.verdicts(result)
         path = self.session.store.path_for(result.scenario)
         self.session.record(self.item.nodeid, result, verdicts, path if isinstance(base, Baseline) else None)
-        self._sections(result.scenario, result.arm, verdicts, f"baseline {path}")
+        self.sections_for(result.scenario, result.arm, verdicts, f"baseline {path}")
         missing = base.reason if isinstance(base, MissingBaseline) else None
         conclude(result.scenario, verdicts, self.session.settings.strict, missing)
         return verdicts
@@ -98,7 +98,7 @@ class PerfRecorder:
         verdicts = [diagnostic(name, values, base.runs_for(name) if isinstance(base, Baseline) else (), why)
                     for name, values in result.samples.items()]
         self.session.record(self.item.nodeid, result, verdicts, None)
-        self._sections(result.scenario, result.arm, verdicts, why)
+        self.sections_for(result.scenario, result.arm, verdicts, why)
         return verdicts
 
     def invariant(self, label: str, metric_name: str, reference: RunResult | Sequence[float],
@@ -114,14 +114,14 @@ class PerfRecorder:
         verdict = judge_invariant(label, metric_name, ref, cur, bound, paired=paired, alpha=a)
         scenario = current.scenario if isinstance(current, RunResult) else self.item.nodeid
         self.session.record_invariant(self.item.nodeid, scenario, verdict)
-        self._sections(scenario, {}, [verdict], "same-run invariant")
+        self.sections_for(scenario, {}, [verdict], "same-run invariant")
         if verdict.status == "regression":
             raise InvariantViolated(f"performance invariant violated: {verdict.message}")
         if verdict.status == "inconclusive":
             _inconclusive(self.session.settings.strict, f"invariant {label}: {verdict.message}")
         return verdict
 
-    def _sections(self, scenario: str, arm: object, verdicts: Sequence[Verdict], where: str) -> None:
+    def sections_for(self, scenario: str, arm: object, verdicts: Sequence[Verdict], where: str) -> None:
         table = terminal_table(rows_for(scenario, arm if isinstance(arm, dict) else dict(arm), verdicts), width=110)
         self.item.add_report_section("call", "perf", f"{where}\n{table}")
         add_on_failure(self.item, "perf verdicts", lambda: table)
@@ -182,5 +182,24 @@ class InvariantJudge:
 
     def check(self, inv: Any) -> Verdict:
         __tracebackhide__ = True
+        if hasattr(inv, "limit"):
+            return self.counter(inv)
         ref, cur = self.results.get(inv.reference), self.results.get(inv.candidate)
         return self.recorder.invariant(inv.label, inv.metric, ref, cur, inv.bound, paired=inv.paired)
+
+    def counter(self, bound: Any) -> Verdict:
+        """A ``CounterBound``: every window of the arm at or below the limit (exact counts, no statistics)."""
+        __tracebackhide__ = True
+        result = self.results.get(bound.arm)
+        values = _samples(result, bound.metric)
+        worst = max(values)
+        status = "pass" if worst <= bound.limit else "regression"
+        verdict = Verdict(f"{bound.metric} {bound.label}", status, "bound", bound.limit, worst, None, None, None,
+                          len(values), f"{bound.metric} of {bound.arm}: at most {worst:.3g} per window "
+                          f"(limit {bound.limit:g}): {'holds' if status == 'pass' else 'invariant violated'}",
+                          "linear")
+        self.recorder.session.record_invariant(self.recorder.item.nodeid, result.scenario, verdict)
+        self.recorder.sections_for(result.scenario, {}, [verdict], "counter invariant")
+        if status == "regression":
+            raise InvariantViolated(f"performance invariant violated: {verdict.message}")
+        return verdict

@@ -171,24 +171,27 @@ def _judged_in_baseline(baseline: PooledRuns, samples: Mapping[str, Sequence[flo
 
 
 def judge_ab(m: Metric | str, reference: Sequence[float], candidate: Sequence[float],
-             block_log_ratios: Sequence[float], *, budget: int, alpha: float = ALPHA,
+             block_effects: Sequence[float], *, budget: int, alpha: float = ALPHA,
              floor: float | None = None) -> Verdict:
-    """Paired judgement of candidate vs reference windows, blocks of ABBA (log ratio per block)."""
+    """Paired judgement of candidate vs reference windows measured in ABBA blocks; ``block_effects`` holds one
+    value per block: mean log(candidate) - mean log(reference) (linear metrics: the difference)."""
     m = m if isinstance(m, Metric) else metric(m)
-    if m.scale.name != "log":
-        raise ValueError(f"{m.name} is judged on the linear scale; the paired gate compares log ratios")
     floor_size = m.scale.size(floor) if floor is not None else m.scale_floor
-    d = judge_paired(block_log_ratios, m.sign, floor_size, budget, alpha=alpha, beta=BETA)
+    d = judge_paired(block_effects, m.sign, floor_size, budget, alpha=alpha, beta=BETA)
     ref, cur = _level(m, reference), _level(m, candidate)
-    raw = float(np.mean(block_log_ratios)) if len(block_log_ratios) else math.nan
-    delta = math.expm1(raw)
+    raw = float(np.mean(block_effects)) if len(block_effects) else math.nan
+    log = m.scale.name == "log"
+    delta = math.expm1(raw) if log else raw
     detectable = _worse_change(m, d.detectable) if d.detectable is not None else None
     msg = _message(m, d, ref, cur, delta, None)
-    if d.decided and len(block_log_ratios) >= 2:
+    if len(block_effects) >= 2 and math.isfinite(d.se):
         half = d.se * _q95(d.df)
-        msg += f"; paired ratio {math.exp(raw):.3f}x, 95% CI {math.exp(raw - half):.3f}-{math.exp(raw + half):.3f}x " \
-               f"over {len(block_log_ratios)} blocks"
-    return Verdict(m.name, d.status, "paired", ref, cur, delta, detectable, None, len(block_log_ratios), msg, "log")
+        lo, hi = raw - half, raw + half
+        msg += (f"; paired ratio {math.exp(raw):.3f}x, 95% CI {math.exp(lo):.3f}-{math.exp(hi):.3f}x" if log else
+                f"; paired difference {raw:+.3g}, 95% CI {lo:+.3g}..{hi:+.3g} {m.unit}") + \
+            f" over {len(block_effects)} blocks"
+    return Verdict(m.name, d.status, "paired", ref, cur, delta, detectable, None, len(block_effects), msg,
+                   m.scale.name)
 
 
 def _q95(df: float) -> float:

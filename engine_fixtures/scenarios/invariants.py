@@ -26,3 +26,20 @@ class Invariant:
     @property
     def id(self) -> str:
         return self.label.replace(" ", "-")
+
+
+@dataclass(frozen=True)
+class CounterBound:
+    """A mechanism counter that must stay at or below ``limit`` in every window of one arm (e.g. IPC handle
+    opens per image with the pool-handle cache: ~0, never ~1). Counters are exact, so no statistics: one
+    window above the limit violates it."""
+
+    label: str
+    metric: str
+    arm: str
+    limit: float
+    why: str = ""
+
+    @property
+    def id(self) -> str:
+        return self.label.replace(" ", "-")

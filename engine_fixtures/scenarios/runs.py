@@ -1,0 +1,128 @@
+"""Measure an engine scenario until its verdicts are decided: against the pooled baseline, or A/B.
+
+``measure_history(engine, scenario, settings, judge)``: windows of ``--perf-window-requests`` requests,
+``--perf-repeats`` first, then the same again while any metric's verdict (``judge(result, alpha)``) is
+inconclusive, up to ``--perf-max-repeats``. Returns the ``RunResult`` (arm proof checked by the caller).
+
+``measure_ab(candidate, reference, scenario, settings)``: both engines live (each with its own cgroup),
+windows in blocks A B B A / B A A B so drift and order hit both alike; each block gives one paired
+log-ratio (linear metrics: a difference) per metric. Blocks are added (``--perf-repeats`` blocks first) while
+any paired verdict is inconclusive, up to ``--perf-max-repeats`` blocks. Returns both results and the
+paired verdicts (``judge.verdicts.judge_ab``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine_fixtures.engine.handle import EngineHandle
+from engine_fixtures.judge.metrics import metric
+from engine_fixtures.judge.sequential import Budget, measure_until_decided
+from engine_fixtures.judge.verdicts import Verdict, judge_ab
+from engine_fixtures.options import Settings
+from engine_fixtures.scenarios.engine import EngineScenario
+from engine_fixtures.scenarios.window import measure_window
+from engine_fixtures.store.results import RunResult
+
+Judge = Callable[[RunResult, float], Sequence[Verdict]]
+Window = Callable[[EngineHandle], dict[str, float]]
+
+
+def budget_of(settings: Settings) -> Budget:
+    return Budget(settings.repeats, settings.repeats, max(settings.max_repeats, settings.repeats))
+
+
+def _window(scenario: EngineScenario, settings: Settings) -> Window:
+    workload = scenario.workload(settings.window_requests)
+    return lambda engine: measure_window(engine, workload, settings.client_cpus)
+
+
+def engine_result(engine: EngineHandle, scenario: EngineScenario, windows: list[dict[str, float]],
+                  extra: dict | None = None, suffix: str = "") -> RunResult:
+    names = sorted({k for w in windows for k in w})
+    samples = {n: tuple(w[n] for w in windows if n in w) for n in names}
+    meta = {"sglang_version": engine.version, "engine_key": engine.spec.key, "ready_s": engine.ready_s,
+            "build": engine.spec.build.label, "log": str(engine.log_path), "scenario_id": scenario.id,
+            "window_requests": windows and len(windows), **(extra or {})}
+    return RunResult(EngineScenario.key(engine.spec, scenario.concurrency) + suffix, engine.spec.arm, samples,
+                     metadata=meta)
+
+
+def measure_history(engine: EngineHandle, scenario: EngineScenario, settings: Settings, judge: Judge,
+                    window: Window | None = None) -> RunResult:
+    budget = budget_of(settings)
+    win = window or _window(scenario, settings)
+    windows: list[dict[str, float]] = []
+
+    def measure(n: int) -> None:
+        windows.extend(win(engine) for _ in range(n))
+
+    def undecided(alpha: float) -> list[str]:
+        return [v.metric for v in judge(engine_result(engine, scenario, windows), alpha) if v.status == "inconclusive"]
+
+    progress = measure_until_decided(budget, measure, undecided)
+    seq = {"windows": progress.measured, "looks": progress.looks, "alpha_per_look": budget.alpha_per_look(),
+           "budget_windows": budget.maximum, "undecided_at_budget": list(progress.undecided)}
+    return engine_result(engine, scenario, windows, seq)
+
+
+@dataclass(frozen=True)
+class ABOutcome:
+    candidate: RunResult
+    reference: RunResult
+    verdicts: tuple[Verdict, ...]
+    blocks: int
+
+
+def block_effects(block: Sequence[tuple[str, dict[str, float]]], name: str) -> float | None:
+    """One block's candidate-vs-reference effect for ``name``: mean log(B) - mean log(A) (linear: B - A)."""
+    m = metric(name)
+    a = [w[name] for who, w in block if who == "A" and name in w]
+    b = [w[name] for who, w in block if who == "B" and name in w]
+    if not a or not b:
+        return None
+    if m.scale.name == "log":
+        return float(np.mean(np.log(b)) - np.mean(np.log(a)))
+    return float(np.mean(b) - np.mean(a))
+
+
+def judge_blocks(blocks: list[list[tuple[str, dict[str, float]]]], budget: int, alpha: float,
+                 floor: float | None) -> list[Verdict]:
+    names = sorted({k for blk in blocks for _, w in blk for k in w if metric(k).judged and metric(k).condition is None})
+    out = []
+    for name in names:
+        effects = [e for e in (block_effects(b, name) for b in blocks) if e is not None and math.isfinite(e)]
+        ref = [w[name] for b in blocks for who, w in b if who == "A" and name in w]
+        cand = [w[name] for b in blocks for who, w in b if who == "B" and name in w]
+        out.append(judge_ab(name, ref, cand, effects, budget=budget, alpha=alpha, floor=floor))
+    return out
+
+
+def measure_ab(candidate: EngineHandle, reference: EngineHandle, scenario: EngineScenario, settings: Settings,
+               window: Window | None = None) -> ABOutcome:
+    budget = budget_of(settings)
+    win = window or _window(scenario, settings)
+    blocks: list[list[tuple[str, dict[str, float]]]] = []
+    engines = {"A": reference, "B": candidate}
+
+    def measure(n: int) -> None:
+        for _ in range(n):
+            order = "ABBA" if len(blocks) % 2 == 0 else "BAAB"
+            blocks.append([(who, win(engines[who])) for who in order])
+
+    def undecided(alpha: float) -> list[str]:
+        return [v.metric for v in judge_blocks(blocks, budget.maximum, alpha, settings.floor)
+                if v.status == "inconclusive"]
+
+    progress = measure_until_decided(budget, measure, undecided)
+    alpha = budget.alpha_per_look()
+    verdicts = judge_blocks(blocks, budget.maximum, alpha, settings.floor)
+    seq = {"blocks": progress.measured, "looks": progress.looks, "alpha_per_look": alpha,
+           "reference_build": reference.spec.build.label, "candidate_build": candidate.spec.build.label}
+    cand = engine_result(candidate, scenario, [w for b in blocks for who, w in b if who == "B"], seq)
+    ref = engine_result(reference, scenario, [w for b in blocks for who, w in b if who == "A"], seq, "/build=reference")
+    return ABOutcome(cand, ref, tuple(verdicts), progress.measured)

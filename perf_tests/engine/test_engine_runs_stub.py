@@ -1,0 +1,98 @@
+"""The engine tier's measuring loops against the stub engine (SGLang's HTTP surface, no GPU): windows become
+metrics, the history loop measures until decided, the A/B loop pairs blocks and catches a slower build, and a
+client-bound window is never recorded."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from engine_fixtures.engine.factory import EngineFactory
+from engine_fixtures.engine.spec import EngineSpec
+from engine_fixtures.errors import MeasurementError
+from engine_fixtures.judge.verdicts import Verdict
+from engine_fixtures.model.modeldir import write_model_dir
+from engine_fixtures.options import Settings
+from engine_fixtures.scenarios.engine import EngineScenario
+from engine_fixtures.scenarios.runs import measure_ab, measure_history
+from engine_fixtures.scenarios.window import measure_window
+
+STUB = ("-m", "engine_fixtures.testing.stub_engine")
+SCENARIO = EngineScenario("stub", concurrency=4, output_tokens=16)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_model_dir(tmp_path_factory.mktemp("m") / "qwen-tiny", "tiny")
+
+
+def stub(model: Path, token_ms: float, name: str = "stub") -> EngineSpec:
+    return EngineSpec(model, launcher=STUB, name=name, proof=False, extra_args=("--stub-token-ms", str(token_ms)))
+
+
+@pytest.fixture
+def factory(tmp_path: Path):  # type: ignore[no-untyped-def]
+    f = EngineFactory(tmp_path, deadline_s=60.0, max_live=2)
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def test_a_window_yields_every_engine_metric(model: Path, factory: EngineFactory) -> None:
+    engine = factory.get(stub(model, 2.0))
+    w = measure_window(engine, SCENARIO.workload(24))
+    assert w["requests_per_s"] > 0
+    assert w["tpot_p50_ms"] == pytest.approx(2.0, abs=1.5)
+    assert w["cpu_s_per_request.http_server"] > 0  # the stub's root serves HTTP like SGLang's main process
+    assert w["cpu_cores.scheduler"] == 0.0  # its scheduler-titled children idle: no CPU per request to judge
+    assert "cpu_s_per_request.scheduler" not in w
+    assert w["running_requests_max"] >= 1
+    assert "cpu_s_per_request.total" not in w
+
+
+def test_history_loop_measures_more_while_undecided(model: Path, factory: EngineFactory) -> None:
+    engine = factory.get(stub(model, 2.0))
+    looks: list[int] = []
+
+    def judge(result, alpha):  # type: ignore[no-untyped-def]
+        looks.append(len(result.samples["requests_per_s"]))
+        status = "inconclusive" if len(looks) < 2 else "pass"
+        return [Verdict("requests_per_s", status, "history", 1.0, 1.0, 0.0, None, 3, 3, "", "log")]
+
+    settings = Settings(repeats=2, max_repeats=6, window_requests=16)
+    result = measure_history(engine, SCENARIO, settings, judge)
+    assert looks == [2, 4]
+    assert result.metadata["windows"] == 4
+    assert result.metadata["alpha_per_look"] == pytest.approx(0.01 / 3)
+    assert result.scenario.startswith("engine/transport=cpu/tp=1/pp=1/copy=torch/model=qwen-tiny/c=4")
+
+
+def test_ab_catches_a_slower_build_and_passes_an_identical_one(model: Path, factory: EngineFactory) -> None:
+    settings = Settings(repeats=3, max_repeats=6, window_requests=16)
+    reference = factory.get(stub(model, 4.0, "stub-ref"))
+    slower = factory.get(stub(model, 6.0, "stub-cand"))
+    out = measure_ab(slower, reference, SCENARIO, settings)
+    by = {v.metric: v for v in out.verdicts}
+    assert by["tpot_p50_ms"].status == "regression"
+    assert by["tpot_p50_ms"].delta == pytest.approx(0.5, abs=0.2)
+    assert "95% CI" in by["tpot_p50_ms"].message
+    assert out.reference.scenario.endswith("/build=reference")
+    factory.release(slower.spec)
+    same = factory.get(stub(model, 4.0, "stub-cand"))
+    out = measure_ab(same, reference, SCENARIO, settings)
+    tpot = next(v for v in out.verdicts if v.metric == "tpot_p50_ms")
+    assert tpot.status in ("pass", "inconclusive")  # never a regression between identical builds
+    assert math.isfinite(tpot.delta)
+    assert abs(tpot.delta) < 0.1
+
+
+def test_a_client_bound_window_is_never_recorded(model: Path, factory: EngineFactory) -> None:
+    engine = factory.get(stub(model, 2.0))
+    from dataclasses import replace
+
+    impossible = replace(SCENARIO.workload(8), max_client_cpu_fraction=1e-6)
+    with pytest.raises(MeasurementError, match=r"the load client, not the engine, limited 2 windows in a row"):
+        measure_window(engine, impossible, attempts=2)
