@@ -11,6 +11,7 @@ idempotent.
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import sys
 from collections.abc import Iterable, Mapping
@@ -26,7 +27,7 @@ from engine_fixtures.engine.prometheus import MetricsSnapshot, scrape
 from engine_fixtures.engine.proof import ArmProof, request_flush
 from engine_fixtures.engine.server_info import EffectiveConfig, fetch_server_info, http_json
 from engine_fixtures.engine.spec import EngineSpec
-from engine_fixtures.errors import ConfigError, LeakError, ProcessCrashed
+from engine_fixtures.errors import ConfigError, LeakError, MeasurementError, ProcessCrashed
 from engine_fixtures.isolation import roles
 from engine_fixtures.isolation.cgroups import CpuQuota
 from engine_fixtures.isolation.process import (
@@ -180,6 +181,23 @@ class EngineHandle:
         pids = self.pids()  # processes that load SGLang plugins (0.5.16: not the detokenizer)
         live = {self.pid, *pids.get("scheduler", ()), *pids.get("tokenizer_worker", ())}
         return request_flush(self.proof_dir, live, deadline_s)
+
+    def set_patch(self, magnitudes: Mapping[str, float]) -> ArmProof:
+        """Change the named patches' milliseconds in every engine process (``sglang_plugin.patches``) and return the
+        proof that each process carrying a patch now runs the new magnitude; MeasurementError otherwise."""
+        target = self.proof_dir / "patch.json"
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(dict(magnitudes)))
+        tmp.replace(target)
+        proof = self.proof()  # every live process re-reads patch.json before it answers the flush
+        carrying = [p for p in proof.processes if any(k in p.patch_ms_now for k in magnitudes)]
+        wrong = [(p.pid, p.role, dict(p.patch_ms_now)) for p in carrying
+                 if any(p.patch_ms_now.get(k) != v for k, v in magnitudes.items() if k in p.patch_ms_now)]
+        if not carrying or wrong:
+            raise MeasurementError(f"engine {self.url}: the named patch did not take {dict(magnitudes)} "
+                                   f"(processes carrying it: {[(p.pid, p.role) for p in carrying]}; stale: {wrong}); "
+                                   f"start the engine with the patch in its build (patch:NAME=MS)")
+        return proof
 
     # ------------------------------------------------------------------ stop
     def stop(self) -> StopReport:

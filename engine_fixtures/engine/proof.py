@@ -34,6 +34,7 @@ class ProcessProof:
     counters: Mapping[str, float]
     errors: tuple[str, ...]
     flush_seq: int
+    patch_ms_now: Mapping[str, float] = field(default_factory=dict)
 
     def count(self, name: str) -> float:
         return float(self.counters.get(name, 0.0))
@@ -82,6 +83,7 @@ def read_proofs(directory: Path) -> ArmProof:
                 d.get("counters", {}),
                 tuple(d.get("errors", ())),
                 int(d.get("flush_seq", 0)),
+                d.get("patch_ms_now", {}),
             )
         )
     return ArmProof(tuple(procs))

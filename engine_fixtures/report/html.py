@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from engine_fixtures.judge.summary import summarize
 from engine_fixtures.report.table import COLUMNS, Row, ordered
-from engine_fixtures.store.baselines import atomic_write_text
+from engine_fixtures.store.files import atomic_write_text
 from engine_fixtures.store.results import ResultsFile, RunResult
 
 # Matplotlib 3.10 added `orientation`; 3.11 deprecates `vert` (a warning, so an error under filterwarnings=error).
@@ -53,7 +53,8 @@ def _throughput_vs_concurrency(results: Sequence[RunResult], name: str) -> str |
         except ValueError:
             continue
         series.setdefault(_label(r, CONCURRENCY_AXES), []).append((x, summarize(r.samples[name]).median))
-    if not series:
+    series = {k: v for k, v in series.items() if len({x for x, _ in v}) >= 2}
+    if not series:  # one concurrency point per arm is a bar chart's job, not a line's
         return None
     fig = Figure(figsize=(6, 3.5))
     ax = fig.subplots()
@@ -66,17 +67,24 @@ def _throughput_vs_concurrency(results: Sequence[RunResult], name: str) -> str |
     return _png(fig)
 
 
-def _bars(results: Sequence[RunResult], name: str) -> str | None:
+VERDICT_COLOURS = {"regression": "tab:red", "inconclusive": "gold", "improvement": "tab:purple",
+                   "pass": "tab:green", "no-baseline": "tab:gray", "report-only": "lightsteelblue"}
+
+
+def _bars(results: Sequence[RunResult], name: str, statuses: dict[tuple[str, str], str] | None = None) -> str | None:
     have = [r for r in results if name in r.samples]
     if len(have) < 1:
         return None
     fig = Figure(figsize=(6, 0.4 * len(have) + 1.2))
     ax = fig.subplots()
     meds = [summarize(r.samples[name]) for r in have]
-    ax.barh(range(len(have)), [s.median for s in meds],
+    colours = [VERDICT_COLOURS.get((statuses or {}).get((r.scenario, name), "report-only"), "lightsteelblue")
+               for r in have]
+    ax.barh(range(len(have)), [s.median for s in meds], color=colours,
             xerr=[[s.median - s.min for s in meds], [s.max - s.median for s in meds]], capsize=3)
     ax.set_yticks(range(len(have)), [r.scenario for r in have], fontsize=6)
-    ax.set_xlabel(f"{name} (median, min-max)")
+    ax.set_xlabel(f"{name} (median, min-max; colour = verdict: red regression, yellow inconclusive, green pass, "
+                  "grey no baseline)", fontsize=7)
     return _png(fig)
 
 
@@ -101,12 +109,15 @@ def render_html(results: ResultsFile, rows: Sequence[Row]) -> str:
         parts.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r.cells()) + "</tr>")
     parts.append("</table>")
     present = sorted({m for r in res for m in r.samples})
+    statuses = {(r.scenario, r.verdict.metric): r.verdict.status for r in rows}
     plots: list[tuple[str, str | None]] = []
     plots += [(f"{m} vs concurrency", _throughput_vs_concurrency(res, m)) for m in THROUGHPUT if m in present]
-    plots += [(f"{m} per arm", _bars(res, m)) for m in present if m in THROUGHPUT or m.endswith("_ms")]
+    plots += [(f"{m} per arm", _bars(res, m, statuses)) for m in present
+              if m in THROUGHPUT or m.endswith("_ms") or m.startswith(("rel.", "cpu_s_per_request."))]
     ttft = [m for m in ("ttft_p50_ms", "ttft_p99_ms") if m in present]
     plots += [(f"{m} distribution", _distribution(res, m)) for m in ttft]
-    plots += [(f"{m} per arm", _bars(res, m)) for m in present if m in SHARE or m.startswith("cpu_cores.")]
+    plots += [(f"{m} per arm", _bars(res, m, statuses)) for m in present
+              if m in SHARE or m.startswith(("cpu_cores.", "cpu_share_of_quota."))]
     for title, img in plots:
         if img is not None:
             parts.append(f"<h2>{html.escape(title)}</h2>{img}")

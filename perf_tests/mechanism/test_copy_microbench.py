@@ -1,10 +1,11 @@
 """pytest-benchmark microbenchmarks of the two SHM copy arms (``ShmTensor.create``: fresh segment, fallocate,
 copy; then unlink), by size and intra-op thread count.
 
-In-process cases are timed by pytest-benchmark (``benchmark.pedantic``, fixed rounds). The under-quota
-cases run the copy loop in a child started inside a real ``CpuQuota`` (the quota must not hold pytest
-itself), alternate the arms per round, and report copies/s per arm and their ratio in
-``benchmark.extra_info``; pytest-benchmark times the whole child. Every case checks the copy bytewise.
+In-process cases are timed by pytest-benchmark (``benchmark.pedantic``, fixed rounds): its table shows real
+per-copy times. The under-quota cases run the copy loop in a child started inside a real ``CpuQuota`` (the
+quota must not hold pytest itself) with the arms alternated per round; pytest-benchmark could only time the
+whole child there, so they are judged instead: the buffer copy must beat torch's by >= 1.05x in copies/s,
+paired by round (``perf_invariant``). Every case checks the copy bytewise.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-import numpy as np
 import pytest
 import torch
 
@@ -23,6 +23,9 @@ PREFIX = "perf_mbench_"
 CPUS = len(os.sched_getaffinity(0))
 SIZES = [pytest.param(1.0, id="1MB"), pytest.param(10.8, id="10.8MB"),
          pytest.param(50.0, id="50MB", marks=pytest.mark.slow)]
+# Under a quota the penalty is the idle workers' spin per copy, which a 50 MB copy amortises (0.96-1.13x
+# measured): the invariant is claimed for the per-image sizes SGLang copies (1 MB to 25.8 MB).
+QUOTA_SIZES = [pytest.param(1.0, id="1MB"), pytest.param(10.8, id="10.8MB")]
 THREADS = [pytest.param(1, id="threads=1"), pytest.param(CPUS, id="threads=cpus")]
 ROUNDS = 15
 
@@ -53,27 +56,24 @@ def test_copy_in_process(benchmark, arm: str, mb: float, intra_op_threads: int) 
 
 @pytest.mark.mechanism
 @pytest.mark.cgroup
+@pytest.mark.perf
 @pytest.mark.parametrize("threads", [pytest.param(CPUS, id="threads=cpus"),
                                      pytest.param(64, id="threads=64", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("mb", SIZES)
+@pytest.mark.parametrize("mb", QUOTA_SIZES)
 @pytest.mark.parametrize("quota", [0.5, pytest.param(1.0, marks=pytest.mark.slow)], ids=lambda q: f"quota={q}")
-def test_copy_under_quota(benchmark, quota: float, mb: float, threads: int, perf_settings,
+def test_copy_under_quota(quota: float, mb: float, threads: int, perf_settings, perf_invariant,
                           request: pytest.FixtureRequest) -> None:
     if request.node.get_closest_marker("slow") and perf_settings.scale != "full":
         pytest.skip("large under-quota copy case: run with --perf-scale full")
+    if CPUS < 2:
+        pytest.skip("one visible CPU: torch's copy does not fan out, there is no penalty to show")
     # each arm's round copies ~600 MB (~0.3 s of CPU): several 100 ms CFS periods, so the quota really binds
-    rounds, copies = 3, max(10, int(600 / mb))
+    rounds, copies = 5, max(10, int(600 / mb))
     try:
-        out = benchmark.pedantic(measure_under_quota, args=(mb, threads, quota, rounds, copies), rounds=1,
-                                 iterations=1)
+        out = measure_under_quota(mb, threads, quota, rounds, copies)
     finally:
         sweep_stale(PREFIX)
-    ratios = np.asarray(out["buffer"]) / np.asarray(out["torch"])
-    benchmark.extra_info.update(
-        quota=quota, mb=mb, threads=out["threads"], copies_per_round=copies,
-        torch_copies_per_s=float(np.median(out["torch"])), buffer_copies_per_s=float(np.median(out["buffer"])),
-        buffer_over_torch_median=float(np.median(ratios)),
-        buffer_over_torch_iqr=[float(x) for x in np.percentile(ratios, [25, 75])])
     assert out["threads"] == threads
     assert len(out["torch"]) == len(out["buffer"]) == rounds
-    assert min(out["torch"] + out["buffer"]) > 0
+    perf_invariant(f"buffer >= 1.05x torch, {mb:g} MB copies, quota {quota:g}, {threads} threads", "copy_per_s",
+                   out["torch"], out["buffer"], 1.05, paired=True)
