@@ -6,8 +6,8 @@
   nothing; a run judged regression/inconclusive needs ``--accept REASON`` (stored with it); runs with injected
   slowdowns or A/B runs are never recorded.
 - ``compare RESULTS...`` judges results files against the pooled baselines (exit 1 on a regression).
-- ``show`` lists the pools; ``validate DIR`` judges every clean run against the K runs recorded before it (and
-  every injected run against the newest K clean ones): false alarms and detections counted on real runs.
+- ``show`` lists the pools; ``validate DIR`` judges every run of the unchanged build against the K runs recorded
+  before it (and every injected run against the K runs before it): false alarms and detections on real runs.
 - ``history`` finds change points in a metric's series over results files; ``migrate`` rewrites old formats.
 
 Exit status: 0 ok, 1 a regression (``compare``), a false alarm (``validate``) or a change point (``history``),
@@ -32,7 +32,7 @@ from engine_fixtures.machine import MachineInfo
 from engine_fixtures.report.table import markdown, rows_for, terminal_table
 from engine_fixtures.store.baselines import Baseline, BaselineRun, BaselineStore, machine_keys
 from engine_fixtures.store.results import ResultsFile
-from engine_fixtures.store.update import apply, describe, last_clean_runs, plan_update, refusal
+from engine_fixtures.store.update import apply, describe, last_clean_runs, plan_update
 
 
 def _opt(args: argparse.Namespace, name: str) -> object:
@@ -133,7 +133,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for key in sorted({f.machine_key for f in files}):
         runs = [f for f in files if f.machine_key == key]
         for scenario in sorted({r.scenario for f in runs for r in f.results if _match(r.scenario, args.scenario)}):
-            clean = [f for f in runs if refusal(f, scenario, None) is None and _has(f, scenario)]
+            # every run that measured the build as it is (no injection, no A/B), whatever it was judged then
+            clean = [f for f in runs if not f.injection and not f.reference and _has(f, scenario)]
             faulty = [f for f in runs if f.injection and _has(f, scenario)]
             for i in range(args.pool, len(clean)):
                 _tally(counts, "clean", scenario, clean[i - args.pool:i], clean[i])

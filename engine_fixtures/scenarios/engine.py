@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine_fixtures.engine.build import EngineBuild
-from engine_fixtures.engine.spec import EngineSpec
+from engine_fixtures.engine.spec import SGLANG_LAUNCHER, EngineSpec
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.loadgen.workload import WorkloadSpec
 
@@ -51,6 +51,9 @@ class EngineScenario:
     gpus: int = 1
     gpu_bound: bool = False
     mem_fraction_static: float = 0.5
+    lint: bool = True  # False for an arm that exists to exhibit a cap (judged by its invariant instead)
+    launcher: tuple[str, ...] = SGLANG_LAUNCHER  # the harness's self-tests put the stub engine here
+    proof: bool = True
 
     def spec(self, model: Path, gpus: tuple[int, ...], build: EngineBuild | None = None,
              mem_fraction_static: float | None = None) -> EngineSpec:
@@ -64,7 +67,8 @@ class EngineScenario:
                           max_running_requests=self.max_running_requests,
                           pp_max_micro_batch_size=self.pp_max_micro_batch_size, gpus=tuple(gpus[: self.gpus]),
                           mem_fraction_static=mem_fraction_static or self.mem_fraction_static, extra_args=graph,
-                          build=build or EngineBuild())
+                          build=build or EngineBuild(), launcher=self.launcher, proof=self.proof,
+                          name="sglang" if self.launcher == SGLANG_LAUNCHER else "stub")
 
     def workload(self, window_requests: int) -> WorkloadSpec:
         return WorkloadSpec(num_requests=window_requests, concurrency=self.concurrency,

@@ -63,6 +63,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--sampling-backend",
         "--grammar-backend",
         "--mm-feature-transport",
+        "--cuda-graph-max-bs",
     ):
         p.add_argument(flag)
     p.add_argument("--tp-size", type=int, default=1)
