@@ -74,7 +74,7 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], blocks: i
     factory = EngineFactory(out / "engines", deadline_s=900.0, max_live=2)
     try:
         ref, cand = factory.get(ref_spec), factory.get(cand_spec)
-        calib = [measure_window(ref, workload) for _ in range(2)]
+        calib = [measure_window(ref, workload, proof=False) for _ in range(2)]
         tpot = sum(w["tpot_p50_ms"] for w in calib) / len(calib)
         report["reference_tpot_ms"] = tpot
         for size in sizes:
@@ -83,7 +83,8 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], blocks: i
             seq: list = []
             for b in range(blocks):
                 order = "ABBA" if b % 2 == 0 else "BAAB"
-                seq.append([(who, measure_window(ref if who == "A" else cand, workload)) for who in order])
+                seq.append([(who, measure_window(ref if who == "A" else cand, workload, proof=False))
+                            for who in order])
             long = {v.metric: v for v in judge_blocks(seq, blocks, Budget.fixed(blocks).alpha_per_look(), None)}
             trials = trial_statuses(seq, trial_blocks)
             report["sizes"][str(size)] = {

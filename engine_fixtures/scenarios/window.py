@@ -34,18 +34,19 @@ CLIENT_BOUND_ATTEMPTS = 3
 
 
 def _load(engine: EngineHandle, workload: WorkloadSpec, client_cpus: Sequence[int] | None,
-          attempts: int) -> tuple[LoadReport, dict[str, float]]:
+          attempts: int, proof: bool) -> tuple[LoadReport, dict[str, float]]:
     """The first window that was not client-bound, with its sampler summaries."""
     reasons = []
+    proof = proof and engine.spec.proof
     for _ in range(attempts):
-        before = engine.proof().summary() if engine.spec.proof else {}
+        before = engine.proof().summary() if proof else {}
         cpu = CpuSampler(engine.pids, 0.1, engine.spec.cpu_quota)
         samplers = [cpu, GpuSampler(engine.spec.gpus, engine.pids, 0.1), RunningRequestsSampler(engine.url)]
         with SamplerSet(samplers) as ss:
             report = run_load(engine.url, workload, cpus=client_cpus)
         engine.ensure_alive()
         if not report.client_bound:
-            after = engine.proof().summary() if engine.spec.proof else {}
+            after = engine.proof().summary() if proof else {}
             summary = dict(ss.summary())
             summary["_wall_s"] = cpu.wall_s
             for key, value in after.items():
@@ -58,8 +59,10 @@ def _load(engine: EngineHandle, workload: WorkloadSpec, client_cpus: Sequence[in
 
 
 def measure_window(engine: EngineHandle, workload: WorkloadSpec, client_cpus: Sequence[int] | None = None,
-                   attempts: int = CLIENT_BOUND_ATTEMPTS) -> dict[str, float]:
-    report, s = _load(engine, workload, client_cpus, attempts)
+                   attempts: int = CLIENT_BOUND_ATTEMPTS, proof: bool = True) -> dict[str, float]:
+    """One window's metrics; ``proof=False`` skips the per-window proof counters (the IPC metrics), which cost
+    two proof flushes per window."""
+    report, s = _load(engine, workload, client_cpus, attempts, proof)
     values = {"requests_per_s": report.requests_per_s, "output_tokens_per_s": report.output_tokens_per_s,
               "ttft_p50_ms": report.ttft.p50, "ttft_p99_ms": report.ttft.p99,
               "achieved_concurrency": report.achieved_concurrency,

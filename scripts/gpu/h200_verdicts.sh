@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The verdict evidence on the lent H200 (SGLang 0.5.16 unpacked offline by .device/setup.sh into /tmp/site).
-#   bash scripts/gpu/h200_verdicts.sh noise FIRST LAST [ARM_K_EXPR]   # fresh-engine runs FIRST..LAST of one arm
+#   bash scripts/gpu/h200_verdicts.sh noise FIRST LAST [ARM_IDS]      # fresh-engine runs FIRST..LAST (arms: a,b)
 #   bash scripts/gpu/h200_verdicts.sh ab SIZES BLOCKS                  # the A/B detection study
 # State lives in /tmp/perf-verdicts (kept while the machine stays warm); a run number already present is not
 # repeated. Earlier calls' results carried in docs/results/h200-verdicts/results are restored first, so a cold
@@ -22,16 +22,17 @@ MODEL=/tmp/models/qwen-tiny
 [ -f "$MODEL/config.json" ] || python3 -m engine_fixtures.model.modeldir --shape tiny "$MODEL" > /dev/null
 cp -n docs/results/h200-verdicts/results/results-*.json "$W/results/" 2>/dev/null
 { nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; hostname; date -u; } > "$W/logs/machine-$T0.txt"
-PYTEST=(python3 -m pytest -p engine_fixtures.plugin -p engine_fixtures.fixtures perf_tests/engine/test_gpu_arms.py
+PYTEST=(python3 -m pytest -p engine_fixtures.plugin -p engine_fixtures.fixtures
         --perf-model "$MODEL" --perf-results-dir "$W/results" --perf-baseline-dir "$W/baselines"
         --perf-engine-timeout 300 --perf-strict no -q -rA -p no:cacheprovider)
 case "$MODE" in
   noise)
-    FIRST=$1; LAST=$2; ARMS=${3:-cpu-copy=buffer-quota}
+    FIRST=$1; LAST=$2; IFS=, read -ra ARMS <<< "${3:-cpu-copy=buffer-quota}"
+    NODES=(); for a in "${ARMS[@]}"; do NODES+=("perf_tests/engine/test_gpu_arms.py::test_engine_arm[$a]"); done
     for i in $(seq "$FIRST" "$LAST"); do
       [ -f "$W/logs/run-$i.log" ] && continue
       [ "$(left)" -lt "$GUARD_S" ] && { echo "stopping before run $i: $(left) s left"; break; }
-      "${PYTEST[@]}" -k "test_engine_arm and ($ARMS)" > "$W/logs/run-$i.log" 2>&1
+      "${PYTEST[@]}" "${NODES[@]}" > "$W/logs/run-$i.log" 2>&1
       echo "run $i rc=$? $(grep -E '^(PASSED|FAILED|SKIPPED|ERROR)|passed|failed' "$W/logs/run-$i.log" | tail -1) at $(( $(date +%s) - T0 )) s"
       if [ "$i" -eq 3 ]; then
         python3 -m engine_fixtures.cli update --from-runs 3 --from "$W/results" --baseline-dir "$W/baselines" \
