@@ -31,6 +31,9 @@ from engine_fixtures.sampling.gpu import GpuSampler
 from engine_fixtures.sampling.running import RunningRequestsSampler
 
 CLIENT_BOUND_ATTEMPTS = 3
+# Roles whose CPU is judged: SGLang's own serving processes. Helpers (multiprocessing's resource tracker,
+# "other") are shown as cores only.
+JUDGED_ROLES = ("http_server", "scheduler", "detokenizer", "detokenizer_router", "tokenizer_worker")
 
 
 def _load(engine: EngineHandle, workload: WorkloadSpec, client_cpus: Sequence[int] | None,
@@ -74,9 +77,9 @@ def measure_window(engine: EngineHandle, workload: WorkloadSpec, client_cpus: Se
         parts = key.split(".")
         if parts[0] == "cpu" and parts[-1] == "cores":
             values[f"cpu_cores.{parts[1]}"] = value
-            if value > 0:  # an idle role has no CPU per request to judge (and zero has no log)
+            if value > 0 and parts[1] in JUDGED_ROLES:  # an idle role has no CPU per request (and zero no log)
                 values[f"cpu_s_per_request.{parts[1]}"] = value * s["_wall_s"] / requests
-        elif parts[0] == "cpu" and parts[-1] == "share_of_quota":
+        elif parts[0] == "cpu" and parts[-1] == "share_of_quota" and parts[1] in JUDGED_ROLES:
             values[f"cpu_share_of_quota.{parts[1]}"] = value
     if "gpu.util.mean" in s:
         values["gpu_util_mean"] = s["gpu.util.mean"]
@@ -87,4 +90,4 @@ def measure_window(engine: EngineHandle, workload: WorkloadSpec, client_cpus: Se
     if rebuilds > 0:
         values["ipc_opens_per_image"] = s.get("_proof.ipc_opens", 0.0) / rebuilds
         values["rebuild_ms_per_image"] = 1000 * s.get("_proof.ipc_rebuild_s", 0.0) / rebuilds
-    return {k: v for k, v in values.items() if not k.startswith("cpu_") or not k.endswith(".total")}
+    return values

@@ -17,9 +17,9 @@ counted in the proof (``patch_calls.<name>``, ``patch_ms.<name>``), so a patch t
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import json
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -78,13 +78,19 @@ def _wrap(fn: Callable[..., Any], name: str, rec: Any) -> Callable[..., Any]:
 
 
 def install(rec: Any, role: str, requested: Mapping[str, float]) -> None:
-    """Install the requested patches that belong to this process's ``role``; failures go into the proof."""
+    """Install each requested patch in this process if its target module is already imported here (SGLang calls
+    the plugin from inside the scheduler module in a scheduler, and after importing the tokenizer manager in the
+    HTTP server; the process title is not always set yet, so the role cannot decide). Nothing is imported for a
+    patch; a patch meant for this role whose module is missing is an error in the proof."""
     for name, ms in requested.items():
-        if ROLES[name] != role:
-            continue
         module, cls_name, method = TARGETS[name]
+        loaded = sys.modules.get(module)
+        if loaded is None:
+            if ROLES[name] == role:
+                rec.errors.append(f"patch {name}: {module} is not imported in this {role} process")
+            continue
         try:
-            cls = getattr(importlib.import_module(module), cls_name)
+            cls = getattr(loaded, cls_name)
             original = cls.__dict__[method]
         except Exception as exc:
             rec.errors.append(f"patch {name}: cannot find {module}.{cls_name}.{method}: {exc!r}")

@@ -57,12 +57,15 @@ def test_spin_burns_cpu_not_sleep() -> None:
     assert cpu >= 0.5 * wall  # a sleep would use ~0 CPU
 
 
-def test_install_only_in_its_role_counts_calls_and_follows_live_magnitude(fake_sglang, tmp_path: Path) -> None:
+def test_install_where_the_target_is_imported_counts_calls_and_follows_live_magnitude(
+        fake_sglang, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sched, _tok = fake_sglang
+    monkeypatch.delitem(sys.modules, "fake_tok")  # this process never imported the tokenizer manager
     rec = Recorder(tmp_path, {})
-    patches.install(rec, "scheduler", {"slow-scheduler": 5.0, "slow-tokenizer": 5.0})
+    patches.install(rec, "http_server", {"slow-scheduler": 5.0, "slow-tokenizer": 5.0})  # a title not set yet
     assert "patch:slow-scheduler" in rec.installed
     assert "patch:slow-tokenizer" not in rec.installed
+    assert rec.errors == ["patch slow-tokenizer: fake_tok is not imported in this http_server process"]
     t0 = time.perf_counter()
     assert sched.Scheduler().run_batch(1) == 2
     assert time.perf_counter() - t0 >= 0.005
@@ -83,8 +86,11 @@ def test_async_method_stays_async(fake_sglang, tmp_path: Path) -> None:
 
 
 def test_a_missing_target_is_recorded_not_raised(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(patches, "TARGETS", {"slow-scheduler": ("no_such_module_xyz", "Scheduler", "run_batch")})
+    mod = types.ModuleType("fake_sched_without_method")
+    mod.Scheduler = type("Scheduler", (), {})
+    monkeypatch.setitem(sys.modules, "fake_sched_without_method", mod)
+    monkeypatch.setattr(patches, "TARGETS", {"slow-scheduler": ("fake_sched_without_method", "Scheduler", "run_batch")})
     rec = Recorder(tmp_path, {})
     patches.install(rec, "scheduler", {"slow-scheduler": 1.0})
     assert rec.installed == {}
-    assert "cannot find no_such_module_xyz.Scheduler.run_batch" in rec.errors[0]
+    assert "cannot find fake_sched_without_method.Scheduler.run_batch" in rec.errors[0]
