@@ -151,6 +151,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("reference", "Judge the engine tier as a paired A/B against this reference build, measured interleaved "
            "on this runner: venv:DIR, python:PATH, site:DIR, wheel:FILE.whl, patch:NAME=MS, env:K=V (join with "
            "'+'). Without it, results are judged against the pooled baselines.", str, None, "BUILD"),
+    Option("ab_instances", "A/B: fresh engine pairs (reference + candidate) to measure; with 2 or more the pair is "
+           "the unit of the interval, so the offset between two starts of one build counts as noise (measured "
+           "+14.7%% TPOT between two instances on the H200). 1 is quicker and says the offset is not included.",
+           parse_positive_int, 3, "N"),
     Option("candidate", "The build judged in A/B mode (--perf-reference): 'installed' (default) or any "
            "--perf-reference form, e.g. patch:slow-scheduler=0.3 to prove the gate with a known slowdown.", str,
            "installed", "BUILD"),
@@ -247,6 +251,7 @@ class Settings:
     floor: float | None = None
     reference: str | None = None
     candidate: str = "installed"
+    ab_instances: int = 3
     inject: Injection | None = None
     window_requests: int = 64
     scale: str = "smoke"

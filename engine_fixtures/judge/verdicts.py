@@ -68,7 +68,7 @@ def _level(m: Metric, values: Sequence[float]) -> float:
     return float(math.exp(x.mean())) if m.scale.name == "log" else float(x.mean())
 
 
-def _worse_change(m: Metric, size: float) -> float:
+def worse_change(m: Metric, size: float) -> float:
     """A size on the judged scale as the change in the metric's bad direction (relative for log)."""
     if m.scale.name == "linear":
         return size
@@ -87,10 +87,10 @@ def _message(m: Metric, d: Decision, base: float, cur: float, delta: float, runs
     head = f"{m.name}: {base:.4g} -> {cur:.4g} {unit} ({change})"
     if d.status == "inconclusive":
         return f"{head}: inconclusive: {d.reason}"
-    promise = (f"; catches {_worse_change(m, d.detectable):.1%}" if m.scale.name == "log" and d.detectable
+    promise = (f"; catches {worse_change(m, d.detectable):.1%}" if m.scale.name == "log" and d.detectable
                else f"; catches {d.detectable:.3g} {unit}" if d.detectable else "")
     pooled = f" over {runs} pooled runs" if runs else ""
-    flag = f"flags beyond {_worse_change(m, d.threshold):.1%}" if m.scale.name == "log" else \
+    flag = f"flags beyond {worse_change(m, d.threshold):.1%}" if m.scale.name == "log" else \
         f"flags beyond {d.threshold:.3g} {unit}"
     return f"{head}: {d.status} ({flag}{promise}{pooled})"
 
@@ -127,7 +127,7 @@ def judge_metric(m: Metric | str, runs: Sequence[Sequence[float]], current: Sequ
     d = judge_history(model, m.scale.forward(current), m.sign, floor_size, alpha=alpha, beta=BETA)
     base_level = math.exp(model.level) if m.scale.name == "log" else model.level
     delta = _delta(m, base_level, cur_level)
-    detectable = _worse_change(m, d.detectable) if d.detectable is not None else None
+    detectable = worse_change(m, d.detectable) if d.detectable is not None else None
     return Verdict(m.name, d.status, "history", base_level, cur_level, delta, detectable, model.runs,
                    len(current), _message(m, d, base_level, cur_level, delta, model.runs), m.scale.name)
 
@@ -182,7 +182,7 @@ def judge_ab(m: Metric | str, reference: Sequence[float], candidate: Sequence[fl
     raw = float(np.mean(block_effects)) if len(block_effects) else math.nan
     log = m.scale.name == "log"
     delta = math.expm1(raw) if log else raw
-    detectable = _worse_change(m, d.detectable) if d.detectable is not None else None
+    detectable = worse_change(m, d.detectable) if d.detectable is not None else None
     msg = _message(m, d, ref, cur, delta, None)
     if len(block_effects) >= 2 and math.isfinite(d.se):
         half = d.se * _q95(d.df)

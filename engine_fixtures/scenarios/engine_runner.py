@@ -76,17 +76,27 @@ class EngineScenarioRunner:
         __tracebackhide__ = True
         ref_spec = self.spec(scenario, self.settings.reference, AB_MEM_FRACTION)
         cand_spec = self.spec(scenario, self.settings.candidate, AB_MEM_FRACTION)
-        if ref_spec.key == cand_spec.key:
-            cand_spec = cand_spec.with_(name=f"{cand_spec.name}-candidate")  # an A/A check: two engines of one build
         live = self.factory.max_live
         self.factory.max_live = max(live, 2)
-        try:
-            reference, candidate = self._engine(ref_spec), self._engine(cand_spec)
-            for engine in (reference, candidate):
+        started: list = []
+
+        def pair(i: int):  # type: ignore[no-untyped-def]
+            for spec in started:  # the previous pair goes first: a fresh start of each build per pair
+                self.factory.release(spec)
+            started.clear()
+            ref = ref_spec.with_(name=f"{ref_spec.name}-ref{i}")
+            cand = cand_spec.with_(name=f"{cand_spec.name}-cand{i}")
+            started.extend((ref, cand))
+            engines = self._engine(ref), self._engine(cand)
+            for engine in engines:
                 if scenario.lint:
                     check_caps(engine.config, scenario.concurrency)
-            outcome = measure_ab(candidate, reference, scenario, self.settings)
-            for engine in (reference, candidate):
+            return engines[1], engines[0]
+
+        try:
+            outcome = measure_ab(pair, scenario, self.settings, instances=self.settings.ab_instances)
+            for spec in started:
+                engine = self.factory.get(spec)
                 if engine.spec.proof:
                     assert_arm(engine.spec, engine.proof())
         finally:

@@ -33,6 +33,7 @@ from engine_fixtures.errors import BaselineError
 from engine_fixtures.judge.decide import ALPHA, BETA, q
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.noise import MIN_RUNS, NoiseModel
+from engine_fixtures.judge.verdicts import worse_change
 from engine_fixtures.store.files import atomic_write_text, dumps, file_name_of, scenario_of
 from engine_fixtures.store.results import ResultsFile, RunResult
 
@@ -122,7 +123,7 @@ class Baseline:
             if model.runs >= MIN_RUNS:
                 se, df = model.prediction(model.typical_windows)
                 size = max(m.scale_floor, q(1 - ALPHA, df) * se) + q(1 - BETA, df) * se
-                entry["detectable"] = _round(math.expm1(size) if m.scale.name == "log" else size)
+                entry["detectable"] = _round(worse_change(m, size))
             out[name] = entry
         return out
 

@@ -70,23 +70,43 @@ def test_history_loop_measures_more_while_undecided(model: Path, factory: Engine
     assert result.scenario.startswith("engine/transport=cpu/tp=1/pp=1/copy=torch/model=qwen-tiny/c=4")
 
 
+def pairs(factory: EngineFactory, model: Path, ref_ms: float, cand_ms: float):  # type: ignore[no-untyped-def]
+    started: list[EngineSpec] = []
+
+    def pair(i: int):  # type: ignore[no-untyped-def]
+        for spec in started:
+            factory.release(spec)
+        started[:] = [stub(model, ref_ms, f"stub-ref{i}"), stub(model, cand_ms, f"stub-cand{i}")]
+        return factory.get(started[1]), factory.get(started[0])
+
+    return pair
+
+
 def test_ab_catches_a_slower_build_and_passes_an_identical_one(model: Path, factory: EngineFactory) -> None:
     settings = Settings(repeats=3, max_repeats=6, window_requests=16)
-    reference = factory.get(stub(model, 4.0, "stub-ref"))
-    slower = factory.get(stub(model, 6.0, "stub-cand"))
-    out = measure_ab(slower, reference, SCENARIO, settings)
+    out = measure_ab(pairs(factory, model, 4.0, 6.0), SCENARIO, settings)
     by = {v.metric: v for v in out.verdicts}
     assert by["tpot_p50_ms"].status == "regression"
     assert by["tpot_p50_ms"].delta == pytest.approx(0.5, abs=0.2)
     assert "95% CI" in by["tpot_p50_ms"].message
+    assert "one engine instance per build" in by["tpot_p50_ms"].message
     assert out.reference.scenario.endswith("/build=reference")
-    factory.release(slower.spec)
-    same = factory.get(stub(model, 4.0, "stub-cand"))
-    out = measure_ab(same, reference, SCENARIO, settings)
+    out = measure_ab(pairs(factory, model, 4.0, 4.0), SCENARIO, settings)
     tpot = next(v for v in out.verdicts if v.metric == "tpot_p50_ms")
     assert tpot.status in ("pass", "inconclusive")  # never a regression between identical builds
     assert math.isfinite(tpot.delta)
     assert abs(tpot.delta) < 0.1
+
+
+def test_ab_with_instance_pairs_makes_the_pair_the_unit(model: Path, factory: EngineFactory) -> None:
+    settings = Settings(repeats=2, max_repeats=4, window_requests=12)
+    out = measure_ab(pairs(factory, model, 4.0, 6.0), SCENARIO, settings, instances=3)
+    tpot = next(v for v in out.verdicts if v.metric == "tpot_p50_ms")
+    pairs_used = out.candidate.metadata["instance_pairs"]
+    assert 3 <= pairs_used <= 6  # three first, more while any metric is undecided, at most twice as many
+    assert tpot.windows == pairs_used  # one mean per instance pair, not one per block
+    assert tpot.status == "regression"
+    assert "one engine instance per build" not in tpot.message
 
 
 def test_a_client_bound_window_is_never_recorded(model: Path, factory: EngineFactory) -> None:
