@@ -20,7 +20,7 @@ Engine:
 
 Judging:
 - ``perf_record(result) -> list[Verdict]``: records and judges a ``RunResult`` against this machine's
-  baseline (``judge.recorder.PerfRecorder``); a failing test shows section "perf verdicts".
+  baseline (``report.recorder.PerfRecorder``); a failing test shows section "perf verdicts".
 - ``perf_invariant(label, metric, reference, current, bound, paired=True) -> Verdict``: a same-run invariant
   between arms (``reference``/``current`` are RunResults or sample sequences); ``perf_invariant.check(inv)``
   judges a declared ``scenarios.invariants.Invariant`` from this session's results.
@@ -48,10 +48,10 @@ from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.isolation.cgroups import CpuQuota, probe_quota_support
 from engine_fixtures.isolation.leaks import LeakSnapshot, no_leaks
-from engine_fixtures.judge.recorder import InvariantJudge, PerfRecorder, session_verdicts
 from engine_fixtures.model.modeldir import check_model_dir, write_model_dir
 from engine_fixtures.options import SETTINGS_KEY, Settings
 from engine_fixtures.report import sections
+from engine_fixtures.report.recorder import InvariantJudge, PerfRecorder, session_verdicts
 from engine_fixtures.report.session import get_session
 from engine_fixtures.scenarios import mechanism
 from engine_fixtures.scenarios.engine_runner import EngineScenarioRunner
@@ -171,7 +171,7 @@ def perf_engine(request: pytest.FixtureRequest, engine_factory: EngineFactory, p
 # ---------------------------------------------------------------------------------------------- judging
 @pytest.fixture
 def perf_record(request: pytest.FixtureRequest) -> PerfRecorder:
-    """Judge a ``RunResult`` against this machine's baseline; see ``judge.recorder``."""
+    """Judge a ``RunResult`` against this machine's baseline; see ``report.recorder``."""
     return PerfRecorder(get_session(request.config), request.node)
 
 

@@ -9,7 +9,7 @@
    (``runs.measure_ab``; ``--perf-candidate`` names the judged build, default the installed one);
 4. checks the arm proof (the requested copy / IPC-cache implementation really ran in the engine's processes);
 5. stores the result in the session registry (cross-arm invariants read it) and ends the test by its
-   verdicts (``judge.recorder``: regression fails; inconclusive and improvement fail in strict mode).
+   verdicts (``report.recorder``: regression fails; inconclusive and improvement fail in strict mode).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from engine_fixtures.engine.lint import check_caps
 from engine_fixtures.engine.params import apply_quota_setting
 from engine_fixtures.engine.proof import assert_arm
 from engine_fixtures.engine.spec import EngineSpec
-from engine_fixtures.judge.recorder import PerfRecorder, conclude, session_verdicts
 from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.report import sections
+from engine_fixtures.report.recorder import PerfRecorder, conclude, session_verdicts
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.registry import ScenarioResults
 from engine_fixtures.scenarios.runs import measure_ab, measure_history
