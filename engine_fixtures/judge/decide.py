@@ -135,7 +135,25 @@ def judge_bound(log_ratios: Sequence[float], bound: float, alpha: float = ALPHA)
                         f"{p} paired round(s); the invariant needs >= {MIN_BLOCKS}")
     effect = target - float(r.mean())
     se = float(r.std(ddof=1)) / math.sqrt(p)
-    df = p - 1
+    return _bound_decision(effect, se, p - 1, bound, alpha, "more rounds")
+
+
+def judge_bound_unpaired(reference_logs: Sequence[float], current_logs: Sequence[float], bound: float,
+                         alpha: float = ALPHA) -> Decision:
+    """Invariant ``exp(mean current - mean reference) >= bound`` for two separately measured arms (separate
+    engines, one after the other): a Welch interval, which knows only the spread inside each run."""
+    ref, cur = np.asarray(reference_logs, dtype=float), np.asarray(current_logs, dtype=float)
+    if ref.size < MIN_BLOCKS or cur.size < MIN_BLOCKS:
+        return Decision("inconclusive", math.nan, math.nan, math.nan, 0.0, None,
+                        f"{min(ref.size, cur.size)} window(s) on one side; the invariant needs >= {MIN_BLOCKS}")
+    va, vb = ref.var(ddof=1) / ref.size, cur.var(ddof=1) / cur.size
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / ((va**2) / (ref.size - 1) + (vb**2) / (cur.size - 1)) if se > 0 else math.inf
+    effect = math.log(bound) - float(cur.mean() - ref.mean())
+    return _bound_decision(effect, se, df, bound, alpha, "more windows")
+
+
+def _bound_decision(effect: float, se: float, df: float, bound: float, alpha: float, more: str) -> Decision:
     half = q(1 - alpha, df) * se
     if effect > half:
         return Decision("regression", effect, se, df, half, None)
@@ -143,4 +161,4 @@ def judge_bound(log_ratios: Sequence[float], bound: float, alpha: float = ALPHA)
         return Decision("pass", effect, se, df, half, None)
     return Decision("inconclusive", effect, se, df, half, None,
                     f"the one-sided {1 - alpha:.0%} interval of the ratio ({math.exp(-effect - half) * bound:.3f}-"
-                    f"{math.exp(-effect + half) * bound:.3f}x) straddles the bound {bound:g}x; more rounds")
+                    f"{math.exp(-effect + half) * bound:.3f}x) straddles the bound {bound:g}x; {more}")

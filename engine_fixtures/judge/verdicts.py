@@ -21,7 +21,16 @@ from typing import Literal, Protocol
 import numpy as np
 
 from engine_fixtures.errors import MeasurementError
-from engine_fixtures.judge.decide import ALPHA, BETA, Decision, judge_bound, judge_history, judge_paired
+from engine_fixtures.judge.decide import (
+    ALPHA,
+    BETA,
+    Decision,
+    judge_bound,
+    judge_bound_unpaired,
+    judge_history,
+    judge_paired,
+    q,
+)
 from engine_fixtures.judge.metrics import GPU_BOUND, Metric, metric
 from engine_fixtures.judge.noise import MIN_RUNS, NoiseModel
 
@@ -195,8 +204,6 @@ def judge_ab(m: Metric | str, reference: Sequence[float], candidate: Sequence[fl
 
 
 def _q95(df: float) -> float:
-    from engine_fixtures.judge.decide import q
-
     return q(0.975, df)
 
 
@@ -220,7 +227,7 @@ def judge_invariant(label: str, m: Metric | str, reference: Sequence[float], cur
         ratios = good * (cur - ref)
         d = judge_bound(ratios, bound, alpha=alpha)
     else:
-        d = _welch_bound(good * (cur.mean() - ref.mean()), ref, cur, bound, alpha)
+        d = judge_bound_unpaired(good * ref, good * cur, bound, alpha=alpha)
     ratio = math.exp(good * (cur.mean() - ref.mean()))
     name = f"{m.name} ratio {label}".strip()
     head = f"{name}: {ratio:.3f}x (invariant >= {bound:g}x; reference {math.exp(ref.mean()):.4g}, current " \
@@ -229,22 +236,3 @@ def judge_invariant(label: str, m: Metric | str, reference: Sequence[float], cur
                   ": invariant violated" if d.status == "regression" else ": holds")
     return Verdict(name, d.status, "bound", math.exp(ref.mean()), math.exp(cur.mean()), ratio - 1.0, None, None,
                    int(min(ref.size, cur.size)), msg, "log")
-
-
-def _welch_bound(mean_log_ratio: float, ref: np.ndarray, cur: np.ndarray, bound: float, alpha: float) -> Decision:
-    from engine_fixtures.judge.decide import MIN_BLOCKS, q
-
-    if ref.size < MIN_BLOCKS or cur.size < MIN_BLOCKS:
-        return Decision("inconclusive", math.nan, math.nan, math.nan, 0.0, None,
-                        f"{min(ref.size, cur.size)} window(s) on one side; the invariant needs >= {MIN_BLOCKS}")
-    va, vb = ref.var(ddof=1) / ref.size, cur.var(ddof=1) / cur.size
-    se = math.sqrt(va + vb)
-    df = (va + vb) ** 2 / ((va**2) / (ref.size - 1) + (vb**2) / (cur.size - 1)) if se > 0 else math.inf
-    effect = math.log(bound) - mean_log_ratio
-    half = q(1 - alpha, df) * se
-    if effect > half:
-        return Decision("regression", effect, se, df, half, None)
-    if effect < -half:
-        return Decision("pass", effect, se, df, half, None)
-    return Decision("inconclusive", effect, se, df, half, None,
-                    f"the interval of the ratio straddles the bound {bound:g}x; more windows")
