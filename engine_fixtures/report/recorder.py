@@ -192,12 +192,15 @@ class InvariantJudge:
         __tracebackhide__ = True
         result = self.results.get(bound.arm)
         values = _samples(result, bound.metric)
-        worst = max(values)
-        status = "pass" if worst <= bound.limit else "regression"
-        verdict = Verdict(f"{bound.metric} {bound.label}", status, "bound", bound.limit, worst, None, None, None,
-                          len(values), f"{bound.metric} of {bound.arm}: at most {worst:.3g} per window "
-                          f"(limit {bound.limit:g}): {'holds' if status == 'pass' else 'invariant violated'}",
-                          "linear")
+        if bound.kind == "at_least":
+            seen, holds, rule = max(values), max(values) >= bound.limit, "peak"
+        else:
+            seen, holds, rule = max(values), max(values) <= bound.limit, "worst window"
+        status = "pass" if holds else "regression"
+        verdict = Verdict(f"{bound.metric} {bound.label}", status, "bound", bound.limit, seen, None, None, None,
+                          len(values), f"{bound.metric} of {bound.arm}: {rule} {seen:.3g} over {len(values)} windows "
+                          f"({bound.kind.replace('_', ' ')} {bound.limit:g}): "
+                          f"{'holds' if holds else 'invariant violated'}", "linear")
         self.recorder.session.record_invariant(self.recorder.item.nodeid, result.scenario, verdict)
         self.recorder.sections_for(result.scenario, {}, [verdict], "counter invariant")
         if status == "regression":

@@ -2,9 +2,10 @@
 
 ``RunningRequestsSampler(url, interval_s)`` scrapes the engine's Prometheus endpoint on a ``Ticker`` thread
 (5 Hz by default, each scrape with a timeout) and summarises the gauge over the window: ``running.max`` and
-``running.mean`` (summed over label sets, i.e. over schedulers; with pipeline parallelism SGLang reports one
-micro-batch per scheduler, which is exactly what the PP cap limits). ``available()`` says why not when the
-engine exports no such gauge (started without ``--enable-metrics``).
+``running.mean`` of the largest value any scheduler reports at a scrape (TP ranks report the same batch, and
+with pipeline parallelism each scheduler reports one micro-batch, which is exactly what the PP cap limits;
+a sum would double-count both). ``available()`` says why not when the engine exports no such gauge (started
+without ``--enable-metrics``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ class RunningRequestsSampler:
         return None if snap.has(GAUGE) else f"{self.url}/metrics exports no {GAUGE}"
 
     def _tick(self) -> None:
-        self._values.append(scrape(self.url, SCRAPE_TIMEOUT_S).total(GAUGE))
+        snap = scrape(self.url, SCRAPE_TIMEOUT_S)
+        snap.total(GAUGE)  # raises, naming the fix, when the gauge is not exported
+        self._values.append(max(v for _labels, v in snap.samples[GAUGE]))
 
     def __enter__(self) -> RunningRequestsSampler:
         self._ticker.start()

@@ -30,15 +30,21 @@ class Invariant:
 
 @dataclass(frozen=True)
 class CounterBound:
-    """A mechanism counter that must stay at or below ``limit`` in every window of one arm (e.g. IPC handle
-    opens per image with the pool-handle cache: ~0, never ~1). Counters are exact, so no statistics: one
-    window above the limit violates it."""
+    """An exact count of one arm against a limit, no statistics: ``at_most`` every window stays at or below it
+    (IPC handle opens per image with the pool-handle cache: ~0, never ~1); ``at_least`` the peak over the
+    windows reaches it (running requests reach min(concurrency, max_running_requests) when no hidden cap
+    holds them)."""
 
     label: str
     metric: str
     arm: str
     limit: float
     why: str = ""
+    kind: str = "at_most"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("at_most", "at_least"):
+            raise ValueError(f"CounterBound kind {self.kind!r}: use 'at_most' or 'at_least'")
 
     @property
     def id(self) -> str:

@@ -116,3 +116,16 @@ def test_a_client_bound_window_is_never_recorded(model: Path, factory: EngineFac
     impossible = replace(SCENARIO.workload(8), max_client_cpu_fraction=1e-6)
     with pytest.raises(MeasurementError, match=r"the load client, not the engine, limited 2 windows in a row"):
         measure_window(engine, impossible, attempts=2)
+
+
+def test_running_requests_show_the_pp_auto_cap(model: Path, factory: EngineFactory) -> None:
+    """The stub enforces SGLang's rule (max_running // pp per micro-batch); the window reads it from /metrics."""
+    auto = EngineScenario("pp2-auto", pp=2, gpus=2, max_running_requests=8, concurrency=8, output_tokens=12,
+                          launcher=STUB, proof=False, lint=False)
+    explicit = EngineScenario("pp2-mb8", pp=2, gpus=2, max_running_requests=8, pp_max_micro_batch_size=8,
+                              concurrency=8, output_tokens=12, launcher=STUB, proof=False)
+    peaks = {}
+    for s in (auto, explicit):
+        engine = factory.get(s.spec(model, (0, 1)))
+        peaks[s.id] = max(measure_window(engine, s.workload(24))["running_requests_max"] for _ in range(2))
+    assert peaks == {"pp2-auto": 4.0, "pp2-mb8": 8.0}
