@@ -45,7 +45,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     settings = config.stash[options.SETTINGS_KEY]
     lines = list(machine.header_lines()) if machine is not None else []
     changed = [f"{name}={getattr(settings, name)!r} ({src})" for name, src in settings.sources.items()
-               if src != "default"]
+               if not src.startswith("default")]
     lines.append("perf options: " + (", ".join(changed) if changed else "all defaults"))
     return lines
 
