@@ -24,6 +24,12 @@ IPC_MODULES = sglang_version.CUDA_IPC_MODULES
 REBUILD_METHODS = ("reconstruct_on_target_device", "borrow_on_target_device")
 
 
+def _unsupported(what: str) -> str:
+    """``what``, and where SGLang is installed, the release, what this suite supports and the way out."""
+    version = sglang_version.installed()
+    return what if version is None else sglang_version.unsupported(what, version)
+
+
 def _code_names(fn: Callable[..., Any], depth: int = 2) -> set[str]:
     """Global/attribute names used by ``fn`` and, ``depth`` levels down, by the functions it names."""
     fn = getattr(fn, "__func__", fn)
@@ -69,8 +75,7 @@ def install_copy_arm(rec: Recorder, arm: str) -> None:
         mm_utils = importlib.import_module(MM_UTILS)
         cls = getattr(mm_utils, sglang_version.SHM_CLASS)
     except Exception as exc:  # an SGLang without the class: the proof shows it, and the arm check fails on it
-        rec.errors.append("copy: " + sglang_version.unsupported(
-            f"cannot import {MM_UTILS}.{sglang_version.SHM_CLASS} ({exc!r})", sglang_version.installed()))
+        rec.errors.append("copy: " + _unsupported(f"cannot import {MM_UTILS}.{sglang_version.SHM_CLASS} ({exc!r})"))
         return
     if arm != "stock":  # stock: SGLang's own copy, only counted and labelled by what its code does
         try:
@@ -127,9 +132,8 @@ def install_ipc_probe(rec: Recorder) -> None:
         rec.installed["ipc_rebuild_probe"] = name
         break
     else:  # never time the wrong code: the proof carries the error and the arm check fails on it
-        rec.errors.append("ipc: " + sglang_version.unsupported(
-            f"no {sglang_version.CUDA_IPC_PROXY_CLASS} in the modules this suite knows ({'; '.join(tried)})",
-            sglang_version.installed()))
+        rec.errors.append("ipc: " + _unsupported(
+            f"no {sglang_version.CUDA_IPC_PROXY_CLASS} in the modules this suite knows ({'; '.join(tried)})"))
 
 
 def _timed(rec: Recorder, fn: Callable[..., Any]) -> Callable[..., Any]:
