@@ -13,6 +13,9 @@ MARKERS: dict[str, str] = {
     "metric's declared floor (the smallest change ever flagged) for this test.",
     "mechanism": "the CPU-tier SHM copy-path mechanism benchmark (real /dev/shm, real processes, real cgroup).",
     "slow": "takes minutes; the 'unit' tox env deselects it unless --perf-scale full.",
+    "sglang": "uses SGLang's own classes (ShmPointerMMData): skipped when SGLang is not importable here, an error "
+    "when the installed release moved them (a layout this suite does not know), so nothing is measured in the "
+    "wrong place; --perf-require-sglang VERSION makes the skip an error too.",
 }
 
 
@@ -23,6 +26,7 @@ MARKER_KWARGS: dict[str, frozenset[str]] = {
     "cgroup": frozenset(),
     "engine": frozenset(),
     "mechanism": frozenset(),
+    "sglang": frozenset(),
 }
 
 
@@ -57,6 +61,35 @@ def engine_skip_reason() -> str | None:
     return None
 
 
+def sglang_skip_reason() -> str | None:
+    """Why SGLang's own classes cannot be used here (not installed, or a dependency missing), or None."""
+    from engine_fixtures.transport.sglang_compat import find_shm_class
+
+    return find_shm_class().skip_reason
+
+
+def sglang_layout_error() -> str | None:
+    """What moved in the installed SGLang (a layout this suite does not know), or None."""
+    from engine_fixtures.transport.sglang_compat import find_shm_class
+
+    return find_shm_class().error
+
+
+def require_sglang(expected: str) -> str | None:
+    """Why this environment is not the SGLang ``expected`` (installed and importable), or None."""
+    from engine_fixtures import sglang_version
+    from engine_fixtures.transport.sglang_compat import find_shm_class
+
+    found = sglang_version.installed()
+    if found != expected:
+        return (f"--perf-require-sglang {expected}: this environment has SGLang {found or '(not installed)'}; "
+                "install that release (the sglangXXXX-cpu envs in tox.ini on a CPU box) or drop the option")
+    lookup = find_shm_class()
+    if lookup.cls is None:
+        return f"--perf-require-sglang {expected}: SGLang's own classes are not usable: {lookup.reason}"
+    return None
+
+
 def gpu_skip_reason(count: int = 1) -> str | None:
     """Why COUNT GPUs are not usable here, or None. Uses NVML, never initialises CUDA in pytest."""
     from engine_fixtures.nvml import gpu_inventory
@@ -82,3 +115,23 @@ def cgroup_skip_reason(quota_setting: object, source: str) -> str | None:
     from engine_fixtures.isolation.cgroups import probe_quota_support
 
     return probe_quota_support()
+
+
+def known_regression(regression: object, installed: str | None) -> pytest.MarkDecorator:
+    """A strict xfail for a test whose invariant a known upstream regression breaks in the installed release.
+
+    ``regression`` is a ``sglang_version.KnownRegression``. Where the release is in its range the test must
+    raise ``InvariantViolated``; anything else fails it: a pass (XPASS(strict)) means this release fixed the
+    regression, and the reason printed with it names the constant to move. Outside the range (or with no SGLang)
+    the test is an ordinary test, so a newer release is judged, never assumed.
+    """
+    from engine_fixtures import sglang_version
+    from engine_fixtures.errors import InvariantViolated
+
+    reg: sglang_version.KnownRegression = regression  # type: ignore[assignment]
+    version = sglang_version.parse(installed)
+    return pytest.mark.xfail(
+        reg.affects(version), strict=True, raises=InvariantViolated,
+        reason=(f"known in SGLang {reg.range_text} (installed: {installed}): {reg.what}. If this passes, "
+                f"SGLang {installed} fixed it: set {reg.constant}.last below {installed} in "
+                "engine_fixtures/sglang_version.py"))

@@ -174,6 +174,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("sample_hz", "Sampling rate of the CPU and GPU samplers.", parse_positive_float, 10.0, "HZ"),
     Option("client_cpus", "Pin the load client to these CPUs (it always runs outside the engine's cgroup).",
            parse_cpu_list, None, "LIST"),
+    Option("require_sglang", "This run tests this SGLang release (e.g. 0.5.20): the session stops at start unless "
+           "it is installed and its own classes import, so tests marked 'sglang' can never skip unseen (the "
+           "per-version tox envs set it).", str, None, "VERSION"),
 )
 OPTIONS_BY_NAME: Mapping[str, Option] = {o.name: o for o in OPTIONS}
 
@@ -261,6 +264,7 @@ class Settings:
     engine_timeout: float = 900.0
     sample_hz: float = 10.0
     client_cpus: tuple[int, ...] | None = None
+    require_sglang: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
 
 

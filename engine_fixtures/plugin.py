@@ -7,7 +7,7 @@ from collections.abc import Generator
 import pytest
 
 from engine_fixtures import marks, options
-from engine_fixtures.errors import PerfError
+from engine_fixtures.errors import ConfigError, PerfError
 from engine_fixtures.report import sections
 
 _MACHINE_KEY = pytest.StashKey[object]()
@@ -30,6 +30,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     config.stash[options.SETTINGS_KEY] = settings
     config.stash[_SKIP_CACHE_KEY] = {}
+    if settings.require_sglang and (problem := marks.require_sglang(settings.require_sglang)) is not None:
+        raise pytest.UsageError(problem)
 
 
     from engine_fixtures.machine import MachineInfo
@@ -75,12 +77,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             reason = _cached_reason(config, ("gpu", count), lambda c=count: marks.gpu_skip_reason(c))
         if reason is None and item.get_closest_marker("engine") is not None:
             reason = _cached_reason(config, ("engine", None), marks.engine_skip_reason)
+        if reason is None and item.get_closest_marker("sglang") is not None:
+            reason = _cached_reason(config, ("sglang", None), marks.sglang_skip_reason)
         if reason is None and item.get_closest_marker("cgroup") is not None:
             quota, source = settings.cpu_quota, settings.sources["cpu_quota"]
             key = ("cgroup", quota if quota == "none" else "any")
             reason = _cached_reason(config, key, lambda q=quota, s=source: marks.cgroup_skip_reason(q, s))
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test of SGLang's own classes errors (never skips) where the installed release moved them."""
+    if item.get_closest_marker("sglang") is not None:
+        error = _cached_reason(item.config, ("sglang-layout", None), marks.sglang_layout_error)
+        if error is not None:
+            raise ConfigError(error)
 
 
 @pytest.hookimpl(wrapper=True)

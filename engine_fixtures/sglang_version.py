@@ -6,40 +6,85 @@ pytest process at plugin load and inside SGLang's own processes (``sglang_plugin
 - ``installed() -> str | None``: the installed SGLang version string, or None.
 - ``parse(text) -> tuple[int, ...] | None``: ``"0.5.23.post1"`` -> ``(0, 5, 23)``.
 - Layout facts by release: where ``ShmPointerMMData`` and the CUDA IPC transport live, how to tell the
-  0.5.16 ``ShmPointerMMData.__init__`` from the 0.5.20+ one, which flags and defaults a release has.
-- Known regressions by release (used by the strict xfails of the GPU tier): the SHM ``copy_`` fan-out is
-  unfixed in ``SHM_COPY_UNFIXED``; the IPC pool-handle cache is off by default before ``IPC_CACHE_DEFAULT_ON``.
+  0.5.16 ``ShmPointerMMData.__init__`` from the 0.5.19+ one, which flags and defaults a release has.
+  Dated from the wheels of 0.5.16 through 0.5.20 and 0.5.23 (``sglang/srt/environ.py``, ``server_args.py``,
+  ``arg_groups/``, ``managers/mm_utils.py``, ``multimodal/transport/``); the CPU tier imports and runs
+  0.5.16, 0.5.20 and 0.5.23 (``tox -e sglang{0516,0520,0523}-cpu``).
+- Known regressions by release (the strict xfails of both tiers): ``SHM_COPY`` (the SHM ``copy_`` fan-out) and
+  ``IPC_CACHE_OFF`` (the IPC pool-handle cache off by default); ``marks.known_regression`` turns one into a
+  strict xfail whose XPASS names the constant to move.
+- A release newer than ``NEWEST_CHECKED`` is run, never assumed: a layout lookup that fails there is an error
+  naming what moved and the range this suite supports (``unsupported()``), not a skip.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib import metadata
 
 Version = tuple[int, ...]
 
 DISTRIBUTION = "sglang"
-SUPPORTED = ("0.5.16", "0.5.23")  # the oldest and newest release the suite was checked against
+SUITE_DISTRIBUTION = "sglang-perf-suite"
+OLDEST_CHECKED = (0, 5, 16)  # the oldest release whose source the suite was checked against
+NEWEST_CHECKED = (0, 5, 23)  # the newest one; a newer release runs, and a moved piece is an error
+SUPPORTED = ("0.5.16", "0.5.23")
+CPU_TIER_RELEASES = ("0.5.16", "0.5.20", "0.5.23")  # imported and run on a CPU box (tox -e sglangXXXX-cpu)
 
 # Where the multimodal feature transport lives.
-MM_UTILS_MODULE = "sglang.srt.managers.mm_utils"  # holds ShmPointerMMData in 0.5.16 and in 0.5.20+
+MM_UTILS_MODULE = "sglang.srt.managers.mm_utils"  # holds ShmPointerMMData in every release 0.5.16..0.5.23
 SHM_CLASS = "ShmPointerMMData"
 CUDA_IPC_MODULES = (
-    "sglang.srt.multimodal.transport.cuda_ipc",  # 0.5.20+ layout (0.5.23 checked)
-    "sglang.srt.utils.cuda_ipc_transport_utils",  # 0.5.16 (a re-export shim later)
+    "sglang.srt.multimodal.transport.cuda_ipc",  # 0.5.18+ (0.5.20, 0.5.23 checked)
+    "sglang.srt.utils.cuda_ipc_transport_utils",  # 0.5.16, 0.5.17 (a re-export shim from 0.5.18)
 )
+CUDA_IPC_MOVED = (0, 5, 18)  # the release whose canonical CUDA IPC module is CUDA_IPC_MODULES[0]
 CUDA_IPC_PROXY_CLASS = "CudaIpcTensorTransportProxy"
+PLUGIN_GROUP = "sglang.srt.plugins"  # the entry-point group SGLang loads plugins from (sglang.srt.plugins)
 
-# ShmPointerMMData.__init__ layouts: 0.5.20+ initialises ``_materialization_error`` first.
+# ShmPointerMMData.__init__ layouts: 0.5.19+ initialises ``_materialization_error`` first.
 SHM_LAYOUT_0_5_16 = "0.5.16"
-SHM_LAYOUT_0_5_20 = "0.5.20+"
-_SHM_LAYOUT_0_5_20_MARKER = "_materialization_error"
+SHM_LAYOUT_0_5_19 = "0.5.19+"
+SHM_LAYOUT_0_5_19_FROM = (0, 5, 19)
+_SHM_LAYOUT_0_5_19_MARKER = "_materialization_error"
 
-# Defaults and flags that changed between releases.
-IPC_CACHE_DEFAULT_ON = (0, 5, 18)  # SGLANG_USE_IPC_POOL_HANDLE_CACHE: off by default before, on from here
-PREPROCESS_CACHE_FLAG = (0, 5, 23)  # --mm-preprocess-cache-size-mb exists from here
+# Defaults and flags that changed between releases (dated from the wheels; the CPU-tier envs check them).
+IPC_CACHE_DEFAULT_ON = (0, 5, 17)  # SGLANG_USE_IPC_POOL_HANDLE_CACHE: EnvBool(False) in 0.5.16, True from 0.5.17
+PREPROCESS_CACHE_FLAG = (0, 5, 18)  # --mm-preprocess-cache-size-mb exists from here (absent in 0.5.17)
 
-# Known regressions (../shared/reference/sglang-0.5.16-internals.md), inclusive version range.
-SHM_COPY_UNFIXED = ((0, 5, 12), (0, 5, 23))  # torch frombuffer(...).copy_ in ShmPointerMMData.__init__
+
+@dataclass(frozen=True)
+class KnownRegression:
+    """An upstream regression present in ``first..last`` (inclusive; ``last`` is the newest affected release
+    known). ``constant`` names where the range is declared, so a fixed release's XPASS says what to change."""
+
+    constant: str
+    first: Version
+    last: Version
+    what: str
+
+    def affects(self, version: Version | None) -> bool:
+        """Whether this release ships the regression; an unknown version (stub, not installed): False."""
+        return version is not None and self.first <= version <= self.last
+
+    @property
+    def range_text(self) -> str:
+        return f"{_text(self.first)}..{_text(self.last)}"
+
+
+# Known regressions (../shared/reference/sglang-0.5.16-internals.md), inclusive version ranges.
+SHM_COPY = KnownRegression(
+    "SHM_COPY", (0, 5, 12), (0, 5, 23),
+    "regression 1: ShmPointerMMData.__init__ copies with torch frombuffer(...).copy_, whose intra-op fan-out "
+    "burns the quota")
+IPC_CACHE_OFF = KnownRegression(
+    "IPC_CACHE_OFF", (0, 0, 0), (0, 5, 16),
+    "regression 2: SGLANG_USE_IPC_POOL_HANDLE_CACHE defaults to off, so the scheduler re-opens the IPC pool "
+    "handle for every image")
+
+
+def _text(version: Version) -> str:
+    return ".".join(str(p) for p in version)
 
 
 def installed() -> str | None:
@@ -48,6 +93,14 @@ def installed() -> str | None:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return None
+
+
+def suite_version() -> str:
+    """This suite's own version (``sglang-perf-suite``), for messages that say which suite supports what."""
+    try:
+        return metadata.version(SUITE_DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 def parse(text: str | None) -> Version | None:
@@ -63,9 +116,38 @@ def parse(text: str | None) -> Version | None:
     return tuple(parts) or None
 
 
+def is_newer_than_checked(version: Version | None) -> bool:
+    return version is not None and version[:3] > NEWEST_CHECKED
+
+
+def unsupported(what: str, version: str | None) -> str:
+    """The error text for a layout piece this release does not have: what moved, which suite supports which
+    releases, and the two ways out."""
+    ver = version or "unknown"
+    newer = " (newer than any release this suite was checked against)" if is_newer_than_checked(parse(version)) \
+        else ""
+    return (f"SGLang {ver}{newer}: {what}. sglang-perf-suite {suite_version()} supports SGLang "
+            f"{SUPPORTED[0]}..{SUPPORTED[-1]}; install one of those (pip install 'sglang>={SUPPORTED[0]},"
+            f"<={SUPPORTED[-1]}') or teach engine_fixtures/sglang_version.py this release's layout")
+
+
 def shm_layout(init_names: tuple[str, ...] | frozenset[str]) -> str:
     """The ``ShmPointerMMData.__init__`` layout from the names its code uses (``__init__.__code__.co_names``)."""
-    return SHM_LAYOUT_0_5_20 if _SHM_LAYOUT_0_5_20_MARKER in init_names else SHM_LAYOUT_0_5_16
+    return SHM_LAYOUT_0_5_19 if _SHM_LAYOUT_0_5_19_MARKER in init_names else SHM_LAYOUT_0_5_16
+
+
+def expected_shm_layout(version: Version | None) -> str | None:
+    """The layout a release is known to have (None: unknown version)."""
+    if version is None or is_newer_than_checked(version):
+        return None
+    return SHM_LAYOUT_0_5_19 if version >= SHM_LAYOUT_0_5_19_FROM else SHM_LAYOUT_0_5_16
+
+
+def cuda_ipc_module(version: Version | None) -> str | None:
+    """The module that defines ``CudaIpcTensorTransportProxy`` in this release (None: unknown version)."""
+    if version is None or is_newer_than_checked(version):
+        return None
+    return CUDA_IPC_MODULES[0] if version >= CUDA_IPC_MOVED else CUDA_IPC_MODULES[1]
 
 
 def has_preprocess_cache_flag(version: Version | None) -> bool:
@@ -75,10 +157,9 @@ def has_preprocess_cache_flag(version: Version | None) -> bool:
 
 def shm_copy_unfixed(version: Version | None) -> bool:
     """Whether this release ships the SHM ``copy_`` fan-out (regression 1); unknown version: False."""
-    low, high = SHM_COPY_UNFIXED
-    return version is not None and low <= version <= high
+    return SHM_COPY.affects(version)
 
 
 def ipc_cache_off_by_default(version: Version | None) -> bool:
     """Whether this release leaves the IPC pool-handle cache off by default (regression 2); unknown: False."""
-    return version is not None and version < IPC_CACHE_DEFAULT_ON
+    return IPC_CACHE_OFF.affects(version)

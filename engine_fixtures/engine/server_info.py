@@ -2,9 +2,12 @@
 
 SGLang resolves several caps inside the scheduler, so the top level of ``/server_info`` does not show
 them: ``pp_max_micro_batch_size`` stays null there and the real value is in ``internal_states[0]`` (the
-PP0/TP0 scheduler), next to ``effective_max_running_requests_per_dp``. Both the 0.5.16 layout
-(``asdict(server_args)`` at the top) and the 0.5.23 layout (``resolved_dict()`` plus ``launch_command``)
-have the same key names, so one parser reads both.
+PP0/TP0 scheduler), next to ``effective_max_running_requests_per_dp``. The 0.5.16 layout
+(``asdict(server_args)`` at the top) and the 0.5.20 / 0.5.23 layout (``resolved_dict()`` plus
+``launch_command``; the internal state is ``resolved_server_args_dict()`` with the scheduler's overrides) use
+the same flat key names, so one parser reads all three (samples reconstructed from each release's source:
+perf_tests/sglang_versions/server_info_samples.py; the per-version envs check the key names against the
+installed release's ``ServerArgs``).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ class EffectiveConfig:
 
     @classmethod
     def parse(cls, info: Mapping[str, Any]) -> EffectiveConfig:
-        """Parse a ``/server_info`` JSON object (0.5.16 or 0.5.23 layout)."""
+        """Parse a ``/server_info`` JSON object (0.5.16, 0.5.20 or 0.5.23 layout)."""
         if not isinstance(info, Mapping):
             raise MeasurementError(
                 f"/server_info returned {type(info).__name__}, not a JSON object; is the URL an SGLang server?"

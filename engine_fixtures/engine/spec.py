@@ -5,9 +5,13 @@ flashinfer kernels (flashinfer must still be importable on 0.5.16) and turn the 
 every request really crosses the feature transport. What differs by release is named in ``sglang_version``;
 the spec applies it here:
 
-- 0.5.16 defaults ``SGLANG_USE_IPC_POOL_HANDLE_CACHE`` to off, >= 0.5.18 to on: always set it to "1"/"0".
-- 0.5.23 auto-switches Qwen3-VL to cuda_ipc on an H200: always pass ``--mm-feature-transport``.
-- 0.5.23 has a preprocessing cache: pass ``--mm-preprocess-cache-size-mb 0`` there.
+- 0.5.16 defaults ``SGLANG_USE_IPC_POOL_HANDLE_CACHE`` to off, >= 0.5.17 to on: set it to "1"/"0" for the
+  on/off arms (``stock`` leaves the release's default).
+- 0.5.17+ auto-resolves the transport (0.5.20+ switches Qwen3-VL to cuda_ipc on an H200): always pass
+  ``--mm-feature-transport``.
+- 0.5.18+ has a preprocessing cache: pass ``--mm-preprocess-cache-size-mb 0`` there (the flag does not exist
+  before, and SGLang's parser rejects unknown flags).
+The CPU-tier envs parse ``argv()`` with each release's own argument parser (perf_tests/sglang_release).
 """
 
 from __future__ import annotations
@@ -180,7 +184,7 @@ class EngineSpec:
             "PERF_ARMS_IPC_CACHE": self.ipc_cache,
             "PERF_ARMS_TRANSPORT": self.mm_feature_transport,
         }
-        if self.ipc_cache != "stock":  # stock: the release's own default decides (off in 0.5.16, on from 0.5.18)
+        if self.ipc_cache != "stock":  # stock: the release's own default decides (off in 0.5.16, on from 0.5.17)
             e["SGLANG_USE_IPC_POOL_HANDLE_CACHE"] = "1" if self.ipc_cache == "on" else "0"
         e.update(dict(self.env_extra))
         return e

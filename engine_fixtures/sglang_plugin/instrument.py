@@ -24,6 +24,12 @@ IPC_MODULES = sglang_version.CUDA_IPC_MODULES
 REBUILD_METHODS = ("reconstruct_on_target_device", "borrow_on_target_device")
 
 
+def _unsupported(what: str) -> str:
+    """``what``, and where SGLang is installed, the release, what this suite supports and the way out."""
+    version = sglang_version.installed()
+    return what if version is None else sglang_version.unsupported(what, version)
+
+
 def _code_names(fn: Callable[..., Any], depth: int = 2) -> set[str]:
     """Global/attribute names used by ``fn`` and, ``depth`` levels down, by the functions it names."""
     fn = getattr(fn, "__func__", fn)
@@ -68,8 +74,8 @@ def install_copy_arm(rec: Recorder, arm: str) -> None:
     try:
         mm_utils = importlib.import_module(MM_UTILS)
         cls = getattr(mm_utils, sglang_version.SHM_CLASS)
-    except Exception as exc:  # an SGLang without the class: the proof shows it
-        rec.errors.append(f"copy: cannot import {MM_UTILS}.{sglang_version.SHM_CLASS}: {exc!r}")
+    except Exception as exc:  # an SGLang without the class: the proof shows it, and the arm check fails on it
+        rec.errors.append("copy: " + _unsupported(f"cannot import {MM_UTILS}.{sglang_version.SHM_CLASS} ({exc!r})"))
         return
     if arm != "stock":  # stock: SGLang's own copy, only counted and labelled by what its code does
         try:
@@ -109,11 +115,13 @@ def install_ipc_probe(rec: Recorder) -> None:
 
     storage._new_shared_cuda = staticmethod(counted_open)
     rec.installed["ipc_open_probe"] = "torch.UntypedStorage._new_shared_cuda"
+    tried = []
     for name in IPC_MODULES:
         try:
             mod = importlib.import_module(name)
             proxy = getattr(mod, sglang_version.CUDA_IPC_PROXY_CLASS)
-        except Exception:
+        except Exception as exc:
+            tried.append(f"{name}: {exc!r}")
             continue
         for meth in REBUILD_METHODS:
             fn = proxy.__dict__.get(meth)
@@ -123,8 +131,9 @@ def install_ipc_probe(rec: Recorder) -> None:
             setattr(proxy, meth, proxy_meth)
         rec.installed["ipc_rebuild_probe"] = name
         break
-    else:
-        rec.errors.append("ipc: no CudaIpcTensorTransportProxy found in " + ", ".join(IPC_MODULES))
+    else:  # never time the wrong code: the proof carries the error and the arm check fails on it
+        rec.errors.append("ipc: " + _unsupported(
+            f"no {sglang_version.CUDA_IPC_PROXY_CLASS} in the modules this suite knows ({'; '.join(tried)})"))
 
 
 def _timed(rec: Recorder, fn: Callable[..., Any]) -> Callable[..., Any]:

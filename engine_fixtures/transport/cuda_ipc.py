@@ -4,7 +4,7 @@ Contract: ``skip_reason()`` is None only where CUDA works; ``share(t)`` returns 
 sends (a ForkingPickler payload holding an IPC handle, not the data; the producer must keep ``t``
 alive until the consumer has replied); ``receive(payload)`` in another process opens the handle
 and returns an owned clone on the same device. ``sglang_proxy_class()`` finds SGLang's
-``CudaIpcTensorTransportProxy`` (0.5.16: ``sglang.srt.utils.cuda_ipc_transport_utils``, 0.5.23:
+``CudaIpcTensorTransportProxy`` (0.5.16-0.5.17: ``sglang.srt.utils.cuda_ipc_transport_utils``, 0.5.18+:
 ``sglang.srt.multimodal.transport.cuda_ipc``) or returns None with the reason.
 """
 
@@ -68,4 +68,6 @@ def sglang_proxy_class() -> tuple[type | None, str]:
             return cls, name
         reasons.append(f"{name} has no CudaIpcTensorTransportProxy")
     return None, ("SGLang's CUDA IPC proxy is not importable (" + "; ".join(reasons)
-                  + "); install the engine extra: pip install 'sglang-perf-suite[engine]'")
+                  + "); install the engine extra: pip install 'sglang-perf-suite[engine]'"
+                  + ("" if sglang_version.installed() is None else "; " + sglang_version.unsupported(
+                      "the proxy is in none of the modules this suite knows", sglang_version.installed())))

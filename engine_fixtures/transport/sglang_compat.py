@@ -3,7 +3,10 @@
 Contract:
 - ``find_shm_class()`` imports ``sglang.srt.managers.mm_utils`` and returns a ``ShmClassLookup``:
   the class (or None with the reason and the fix), SGLang's version, and the layout (``0.5.16`` or
-  ``0.5.20+``, which initialises ``_materialization_error`` first).
+  ``0.5.19+``, which initialises ``_materialization_error`` first). Two kinds of None: SGLang is not
+  installed or not importable here (``skip_reason``: tests skip), or it is installed and the module or the
+  class is not where this suite looks (``error``: a release with another layout, e.g. 0.6; tests fail with
+  what moved and which suite supports which releases, and nothing is measured).
 - ``buffer_copy_init(original)`` builds the replacement ``__init__`` from SGLang's own source with
   exactly one change: the two copy lines ``dst = torch.frombuffer(shm.buf, dtype=torch.uint8)`` /
   ``dst.copy_(tensor.view(torch.uint8).reshape(-1))`` become ``shm.buf[:nbytes] =
@@ -11,8 +14,9 @@ Contract:
   unlink on failure, SGLang's segment names) is SGLang's code. If the copy lines are not found the
   function raises ``ConfigError`` instead of guessing.
 - ``apply_copy_arm(cls, arm)`` installs a counting wrapper around the chosen ``__init__`` (``torch``:
-  SGLang's original; ``buffer``: the rewrite); ``COPY_CALLS[arm]`` counts constructions in this process,
-  which proves which implementation ran. ``restore(cls)`` undoes it; ``copy_arm(cls, arm)`` does both.
+  SGLang's original, checked to still copy with torch; ``buffer``: the rewrite); ``COPY_CALLS[arm]`` counts
+  constructions in this process, which proves which implementation ran. ``restore(cls)`` undoes it;
+  ``copy_arm(cls, arm)`` does both.
 This module imports only the standard library at import time (safe inside every engine process).
 """
 
@@ -52,7 +56,25 @@ class ShmClassLookup:
     cls: type | None
     reason: str  # why cls is None (fact and fix), or where it was found
     version: str | None
-    layout: str | None  # sglang_version.SHM_LAYOUT_0_5_16 or SHM_LAYOUT_0_5_20
+    layout: str | None  # sglang_version.SHM_LAYOUT_0_5_16 or SHM_LAYOUT_0_5_19
+    moved: bool = False  # SGLang is installed and importable, but not in a layout this suite knows
+
+    @property
+    def skip_reason(self) -> str | None:
+        """Why SGLang's class cannot be used here (not installed, or a dependency missing): a skip."""
+        return self.reason if self.cls is None and not self.moved else None
+
+    @property
+    def error(self) -> str | None:
+        """What moved in the installed release: an error, never a skip (the suite would measure nothing)."""
+        return self.reason if self.moved else None
+
+
+def _module_gone(exc: BaseException, module: str) -> bool:
+    """Whether ``exc`` says ``module`` itself (or a package on its path below ``sglang``) does not exist."""
+    name = getattr(exc, "name", None) or ""
+    return (isinstance(exc, ModuleNotFoundError) and name.startswith("sglang.")
+            and (module == name or module.startswith(name + ".")))
 
 
 def find_shm_class() -> ShmClassLookup:
@@ -65,15 +87,18 @@ def find_shm_class() -> ShmClassLookup:
             warnings.simplefilter("ignore")
             module = importlib.import_module(MODULE)
     except Exception as exc:  # ImportError, or a missing transitive dependency failing at load
+        if version is not None and _module_gone(exc, MODULE):
+            return ShmClassLookup(None, sglang_version.unsupported(f"there is no module {MODULE} ({exc})", version),
+                                  version, None, moved=True)
         return ShmClassLookup(None, f"cannot import {MODULE} (sglang {version or 'not installed'}): "
-                              f"{type(exc).__name__}: {exc}; install SGLang 0.5.16..0.5.23 "
-                              "(GPU runner: pip install 'sglang-perf-suite[engine]'; CPU box: torch 2.14.1 "
-                              "and pip install --no-deps sglang==0.5.16 plus its import-time deps)",
-                              version, None)
+                              f"{type(exc).__name__}: {exc}; install SGLang {TESTED_VERSIONS[0]}.."
+                              f"{TESTED_VERSIONS[-1]} (GPU runner: pip install 'sglang-perf-suite[engine]'; CPU "
+                              "box: tox -e sglang0523-cpu, or torch 2.14.1 and pip install --no-deps sglang plus "
+                              "the exact set in constraints/sglang-cpu-<version>.txt)", version, None)
     cls = getattr(module, CLASS_NAME, None)
     if cls is None:
-        return ShmClassLookup(None, f"{MODULE} of sglang {version} has no {CLASS_NAME}; this suite supports "
-                              f"{TESTED_VERSIONS[0]}..{TESTED_VERSIONS[-1]}", version, None)
+        return ShmClassLookup(None, sglang_version.unsupported(f"{MODULE} has no {CLASS_NAME} (it moved or was "
+                                                               "renamed)", version), version, None, moved=True)
     init = original_init(cls)
     layout = sglang_version.shm_layout(init.__code__.co_names)
     return ShmClassLookup(cls, f"{MODULE}.{CLASS_NAME} of sglang {version}", version, layout)
@@ -88,17 +113,26 @@ def rewrite_copy_source(source: str) -> str:
     """Return ``source`` with the torch copy lines replaced by the buffer copy; ConfigError if absent."""
     new, count = _COPY_RE.subn(lambda m: m["indent"] + BUFFER_LINE, source)
     if count != 1:
-        raise ConfigError(f"found the torch copy lines {count} times (expected once) in "
-                          f"{CLASS_NAME}.__init__; this SGLang version changed the copy, "
-                          f"update {__name__} for it")
+        raise ConfigError(sglang_version.unsupported(
+            f"{MODULE}.{CLASS_NAME}.__init__ has the torch copy lines {count} times (expected once: "
+            f"`dst = torch.frombuffer(shm.buf, ...)` / `dst.copy_(...)`), so the copy changed and neither copy "
+            f"arm would measure what it names (the rewrite lives in {__name__})", sglang_version.installed()))
     return new
+
+
+def check_torch_copy(original: Callable[..., None]) -> Callable[..., None]:
+    """``original`` itself, once its source is shown to hold the torch copy lines; ConfigError otherwise."""
+    rewrite_copy_source(textwrap.dedent(inspect.getsource(original)))
+    return original
 
 
 def buffer_copy_init(original: Callable[..., None]) -> Callable[..., None]:
     """Compile SGLang's ``__init__`` with only the copy line changed, in SGLang's module globals."""
     code = original.__code__
     if code.co_freevars or "nbytes" not in code.co_varnames:
-        raise ConfigError(f"{CLASS_NAME}.__init__ has closures or no 'nbytes' local; update {__name__}")
+        raise ConfigError(sglang_version.unsupported(
+            f"{MODULE}.{CLASS_NAME}.__init__ has closures or no 'nbytes' local (the rewrite in {__name__} "
+            "needs both as in 0.5.16..0.5.23)", sglang_version.installed()))
     source = rewrite_copy_source(textwrap.dedent(inspect.getsource(original)))
     namespace: dict[str, Any] = {}
     filename = f"<perf buffer copy of {code.co_filename}:{code.co_firstlineno}>"
@@ -124,7 +158,8 @@ def apply_copy_arm(cls: type, arm: str) -> None:
     if arm not in ARMS:
         raise ConfigError(f"unknown copy arm {arm!r}: use one of {', '.join(ARMS)}")
     original = original_init(cls)
-    init = original if arm == "torch" else buffer_copy_init(original)
+    # Both arms need SGLang's torch copy lines: "torch" is named after them and "buffer" replaces them.
+    init = check_torch_copy(original) if arm == "torch" else buffer_copy_init(original)
     setattr(cls, _ORIGINAL_ATTR, original)
     setattr(cls, _ARM_ATTR, arm)
     cls.__init__ = _counting(arm, init)  # type: ignore[misc]

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine_fixtures import sglang_version
+from engine_fixtures import marks, sglang_version
 from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.engine.lint import find_hidden_caps
-from engine_fixtures.errors import InvariantViolated
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.invariants import CounterBound, Invariant
 
@@ -39,7 +38,7 @@ CPU_VS_IPC = Invariant("cpu(buffer) >= 0.8x cuda_ipc(cached)", "requests_per_s",
 STOCK_IPC = CounterBound("stock caches the IPC pool handle", "ipc_opens_per_image", "cuda_ipc-cache=stock", 0.05,
                          why="SGLang as shipped opens the IPC pool handle about once, not once per image")
 
-INSTALLED = sglang_version.parse(sglang_version.installed())
+INSTALLED = sglang_version.installed()
 pytestmark = [pytest.mark.gpu(1), pytest.mark.engine]
 
 
@@ -49,9 +48,7 @@ def test_engine_arm(scenario: EngineScenario, perf_engine) -> None:  # type: ign
     perf_engine(scenario)
 
 
-@pytest.mark.xfail(sglang_version.shm_copy_unfixed(INSTALLED), strict=True, raises=InvariantViolated,
-                   reason="regression 1 is unfixed in SGLang 0.5.12..0.5.23: stock ShmPointerMMData copies with "
-                   "torch copy_, whose intra-op fan-out burns the quota")
+@marks.known_regression(sglang_version.SHM_COPY, INSTALLED)
 def test_stock_copy_keeps_up_with_buffer_copy_under_quota(perf_invariant) -> None:  # type: ignore[no-untyped-def]
     perf_invariant.check(STOCK_COPY)
 
@@ -60,9 +57,7 @@ def test_cpu_transport_reaches_most_of_cuda_ipc(perf_invariant) -> None:  # type
     perf_invariant.check(CPU_VS_IPC)
 
 
-@pytest.mark.xfail(sglang_version.ipc_cache_off_by_default(INSTALLED), strict=True, raises=InvariantViolated,
-                   reason="regression 2: before 0.5.18 SGLang re-opens the IPC pool handle for every image unless "
-                   "SGLANG_USE_IPC_POOL_HANDLE_CACHE=1")
+@marks.known_regression(sglang_version.IPC_CACHE_OFF, INSTALLED)
 def test_stock_ipc_caches_pool_handles(perf_invariant) -> None:  # type: ignore[no-untyped-def]
     perf_invariant.check(STOCK_IPC)
 

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_fixtures import sglang_version
-from engine_fixtures.errors import InvariantViolated
+from engine_fixtures import marks, sglang_version
 from engine_fixtures.mechbench.arms import THREAD_ARMS, MechArm
 from engine_fixtures.mechbench.handles import sglang_skip_reason
 from engine_fixtures.scenarios.invariants import Invariant
@@ -31,7 +30,6 @@ def quota_arm(copy: str, **kw: object) -> MechArm:
 
 TORCH, BUFFER, CONTROL, SGLANG = (quota_arm(c) for c in ("torch", "buffer", "control", "sglang"))
 SGLANG_SKIP = sglang_skip_reason()
-SHM_COPY_UNFIXED = sglang_version.shm_copy_unfixed(sglang_version.parse(sglang_version.installed()))
 FAN_OUT = Invariant(
     "buffer >= 1.05x torch under quota", "requests_per_s", TORCH.id, BUFFER.id, 1.05,
     why="the fan-out penalty reproduces: with threads = visible CPUs and a binding quota the torch copy's idle "
@@ -44,7 +42,6 @@ SMOKE = MechScenario("mech-smoke", (TORCH, BUFFER, CONTROL, *(() if SGLANG_SKIP 
 # 48-request windows: ~3.5 s at quota 0.5 (35 CFS periods); the first window after start ran up to 20 % slow
 
 pytestmark = [pytest.mark.mechanism, pytest.mark.cgroup()]
-needs_sglang = pytest.mark.skipif(SGLANG_SKIP is not None, reason=SGLANG_SKIP or "")
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +50,7 @@ def smoke(perf_mechanism) -> dict:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.perf
-@pytest.mark.parametrize("arm", [TORCH, BUFFER, pytest.param(SGLANG, marks=needs_sglang)], ids=lambda a: a.id)
+@pytest.mark.parametrize("arm", [TORCH, BUFFER, pytest.param(SGLANG, marks=pytest.mark.sglang)], ids=lambda a: a.id)
 def test_mech_arm(arm: MechArm, smoke, perf_record) -> None:  # type: ignore[no-untyped-def]
     perf_record(smoke[arm.id])
 
@@ -64,10 +61,8 @@ def test_buffer_copy_beats_torch_under_quota(smoke, perf_invariant) -> None:  # 
 
 
 @pytest.mark.perf
-@needs_sglang
-@pytest.mark.xfail(SHM_COPY_UNFIXED, strict=True, raises=InvariantViolated,
-                   reason="regression 1 is unfixed in SGLang 0.5.12..0.5.23: ShmPointerMMData copies with torch "
-                          "copy_, whose intra-op fan-out burns the quota")
+@pytest.mark.sglang
+@marks.known_regression(sglang_version.SHM_COPY, sglang_version.installed())
 def test_stock_sglang_copy_keeps_up_with_buffer(smoke, perf_invariant) -> None:  # type: ignore[no-untyped-def]
     perf_invariant.check(STOCK)
 

@@ -13,6 +13,7 @@ from engine_fixtures.transport.shm import sweep_stale
 from perf_tests.transport.consumer import serve
 
 SPARE_PIPES = 3
+READY_TIMEOUT_S = 180.0
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,10 @@ def consumer() -> Iterator[ConsumerProc]:
     for _, child in pairs:
         child.close()
     ends = tuple(p for p, _ in pairs)
+    if not ends[0].poll(READY_TIMEOUT_S):  # it imports SGLang first where installed
+        proc.kill()
+        raise TimeoutError(f"consumer pid {proc.pid} was not ready within {READY_TIMEOUT_S} s")
+    assert ends[0].recv() == ("ready", None)
     try:
         yield ConsumerProc(ends[0], ends[1:], proc)
     finally:

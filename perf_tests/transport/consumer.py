@@ -4,7 +4,7 @@ Protocol over ``multiprocessing`` pipes (the consumer serves several producers a
 ``connection.wait``): the producer sends ``(op, payload)`` where ``payload`` is the pickled handle
 (bytes). ``op`` is ``"materialize"`` (open, materialize, reply with a digest), ``"fail"`` (unpickle,
 raise before reading: the consumer must still release the segment) or ``"stop"``. Replies are
-``("ok", Digest)`` or ``("error", message)``.
+``("ok", Digest)`` or ``("error", message)``; one ``("ready", None)`` on the first pipe comes first.
 """
 
 from __future__ import annotations
@@ -69,8 +69,16 @@ def _handle(op: str, payload: bytes) -> tuple[str, object]:
 
 
 def serve(conns: list[Connection]) -> None:
-    """Serve every connection until each has sent ``stop`` or closed. Runs single-threaded torch."""
+    """Serve every connection until each has sent ``stop`` or closed. Runs single-threaded torch.
+
+    SGLang (where installed) is imported before the first request, not while unpickling it: that import takes
+    10-20 s on a 2-core box, and a segment waiting that long in /dev/shm is exposed to whatever else sweeps it
+    (a concurrent suite's leak check removed one that way, failing the first example of each SGLang env)."""
+    from engine_fixtures.transport.sglang_compat import find_shm_class
+
     torch.set_num_threads(1)  # like SGLang's scheduler
+    find_shm_class()
+    conns[0].send(("ready", None))  # the fixture hands the consumer out only after this
     live = list(conns)
     while live:
         for conn in wait(live):
