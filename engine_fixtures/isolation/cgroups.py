@@ -5,9 +5,10 @@ Contracts:
   cgroup and all its ancestors, in every hierarchy that has a cpu controller); ``None`` if unlimited.
 - ``probe_quota_support()``: ``None`` if a child cgroup with a quota can be created here, else a
   reason stating the fact and the fix.
-- ``CpuQuota(cores)``: a uniquely named ``perf-*`` child cgroup with that quota (``None`` = no limit,
-  still accounted). Leaving the ``with`` block SIGKILLs whatever is still inside and removes the
-  cgroup, also after an exception. Backends: ``V2Backend`` and ``V1Backend`` (one interface).
+- ``CpuQuota(cores)``: a ``perf-<name>-<owner token>-<hex>`` child cgroup with that quota (``None`` = no
+  limit, still accounted); ``owner_of_sandbox(name)`` reads the owning run back. Leaving the ``with`` block
+  SIGKILLs whatever is still inside and removes the cgroup, also after an exception. Backends: ``V2Backend``
+  and ``V1Backend`` (one interface).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -23,11 +25,13 @@ from pathlib import Path
 from types import TracebackType
 
 from engine_fixtures.errors import ConfigError, LeakError, MeasurementError, QuotaNotPermitted
+from engine_fixtures.isolation import owner
 from engine_fixtures.isolation.cgroup_mounts import CgroupMounts, cgroup_paths_of
 from engine_fixtures.isolation.signals import sigkill_and_wait
 
 PERIOD_US = 100_000
 PREFIX = "perf-"
+_SANDBOX_RE = re.compile(rf"{PREFIX}(?:.+-)?(?P<token>\d+\.\d+)-[0-9a-f]{{6}}")
 NO_QUOTA_FIX = "or pass `--perf-cpu-quota none` to run without quotas (quota arms are then skipped)"
 CREATED_HERE: set[str] = set()  # names of the cgroups this process created, so leak checks blame only us
 
@@ -94,6 +98,13 @@ def effective_cpu_quota(pid: int | None = None, mounts: CgroupMounts | None = No
     limits = [q for leaf, top, version in cgroup_paths_of(pid or os.getpid(), mounts, "cpu")
               if (q := quota_along(leaf, top, version)) is not None]
     return min(limits) if limits else None
+
+
+def owner_of_sandbox(name: str) -> owner.RunOwner | None:
+    """The run that made the sandbox named ``name`` (``perf-<name>-<pid>.<start>-<hex>``); None for other names
+    (an older version's ``perf-<name>-<uuid>``, or not a sandbox)."""
+    m = _SANDBOX_RE.fullmatch(name)
+    return owner.RunOwner.parse(m["token"]) if m else None
 
 
 class Backend:
@@ -246,7 +257,9 @@ def _backend_for(root: Path | None, name: str) -> Backend:
 
 
 class CpuQuota:
-    """A ``perf-<name>-<uuid>`` child cgroup with a CPU quota of ``cores`` (None: unlimited, accounted)."""
+    """A ``perf-<name>-<owner token>-<6 hex>`` child cgroup with a CPU quota of ``cores`` (None: unlimited,
+    accounted); the owner token is this run's (``owner.current()``), so a later run can tell a dead run's
+    leftover from a live run's sandbox."""
 
     def __init__(self, cores: float | None, *, name: str = "perf", root: Path | None = None,
                  kill_timeout_s: float = 10.0) -> None:
@@ -254,7 +267,8 @@ class CpuQuota:
             raise ValueError(f"CpuQuota cores must be > 0 or None, got {cores!r}")
         self.cores = cores
         base = name.removeprefix("perf").strip("-")
-        self.name = f"{PREFIX}{base + '-' if base else ''}{uuid.uuid4().hex[:8]}"
+        self.owner = owner.current()
+        self.name = f"{PREFIX}{base + '-' if base else ''}{self.owner.token}-{uuid.uuid4().hex[:6]}"
         self.kill_timeout_s = kill_timeout_s
         self._backend = _backend_for(root, self.name)
         self._created = False
