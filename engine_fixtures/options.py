@@ -174,6 +174,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("sample_hz", "Sampling rate of the CPU and GPU samplers.", parse_positive_float, 10.0, "HZ"),
     Option("client_cpus", "Pin the load client to these CPUs (it always runs outside the engine's cgroup).",
            parse_cpu_list, None, "LIST"),
+    Option("cgroup_parent", "Create every cgroup sandbox under this cgroup directory (v2 or v1). Without it a v2 "
+           "sandbox goes inside this process's own cgroup and never above it; pass e.g. /sys/fs/cgroup when that "
+           "cgroup offers no cpu controller and you accept sandboxes outside it (they escape its memory limit and "
+           "its kill).", Path, None, "PATH"),
 )
 OPTIONS_BY_NAME: Mapping[str, Option] = {o.name: o for o in OPTIONS}
 
@@ -261,6 +265,7 @@ class Settings:
     engine_timeout: float = 900.0
     sample_hz: float = 10.0
     client_cpus: tuple[int, ...] | None = None
+    cgroup_parent: Path | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -31,10 +31,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[options.SETTINGS_KEY] = settings
     config.stash[_SKIP_CACHE_KEY] = {}
 
-
+    from engine_fixtures.isolation.cgroups import configure_parent, configured_parent
     from engine_fixtures.machine import MachineInfo
     from engine_fixtures.report.session import install_session
 
+    previous = configured_parent()
+    config.add_cleanup(lambda: configure_parent(previous))  # a pytester session may run in this process
+    configure_parent(settings.cgroup_parent)
     machine = MachineInfo.collect()
     config.stash[_MACHINE_KEY] = machine
     install_session(config, machine_key=machine.key, machine=machine.as_dict())

@@ -9,6 +9,8 @@ Contracts:
   limit, still accounted); ``owner_of_sandbox(name)`` reads the owning run back. Leaving the ``with`` block
   SIGKILLs whatever is still inside and removes the cgroup, also after an exception. Backends: ``V2Backend``
   and ``V1Backend`` (one interface).
+- Placement: under ``root`` if given, else under ``configure_parent(path)``'s path (``--perf-cgroup-parent``),
+  else v2 inside this process's own cgroup (``cgroup_v2.plan``: never above it), else v1 next to it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 from types import TracebackType
 
 from engine_fixtures.errors import ConfigError, LeakError, MeasurementError, QuotaNotPermitted
-from engine_fixtures.isolation import owner
+from engine_fixtures.isolation import cgroup_v2, owner
 from engine_fixtures.isolation.cgroup_mounts import CgroupMounts, cgroup_paths_of
 from engine_fixtures.isolation.signals import sigkill_and_wait
 
@@ -197,30 +199,6 @@ class V1Backend(Backend):
                        kv.get("throttled_time", 0) / 1e9)
 
 
-def _lists_cpu(f: Path) -> bool:
-    return f.exists() and "cpu" in f.read_text().split()
-
-
-def v2_sandbox_parent(leaf: Path, top: Path) -> Path | None:
-    """Where a v2 sandbox can live: the root cgroup itself, our cgroup if its subtree already has cpu,
-    else our cgroup's parent (a sibling of ours) if that parent hands cpu down to us."""
-    if leaf == top:
-        return leaf if _lists_cpu(leaf / "cgroup.controllers") else None
-    if _lists_cpu(leaf / "cgroup.subtree_control"):
-        return leaf
-    if _lists_cpu(leaf / "cgroup.controllers"):
-        return leaf.parent
-    # Containers often put us in a leaf whose parent does not hand cpu down (e.g. /process_api/<id> on
-    # the H200 box) while the hierarchy's root does. Root may create the sandbox higher up, in the nearest
-    # ancestor that delegates cpu and whose cgroup.procs it can write (it must own the common ancestor).
-    for ancestor in leaf.parents:
-        if top not in (ancestor, *ancestor.parents):
-            break
-        if _lists_cpu(ancestor / "cgroup.subtree_control") and os.access(ancestor / "cgroup.procs", os.W_OK):
-            return ancestor
-    return None
-
-
 def _v1_acct(cpu_dir: Path, mounts: CgroupMounts) -> Path | None:
     """The cpuacct directory matching a v1 cpu directory (itself when co-mounted "cpu,cpuacct")."""
     if (cpu_dir / "cpuacct.usage").exists():
@@ -232,28 +210,48 @@ def _v1_acct(cpu_dir: Path, mounts: CgroupMounts) -> Path | None:
     return acct if acct.is_dir() else None
 
 
+def configure_parent(path: Path | None) -> None:
+    """Where every ``CpuQuota`` of this process is created unless it names a ``root``: ``None`` (default) lets
+    each sandbox find its place next to this process's own cgroup; a path (``--perf-cgroup-parent``) puts
+    them all under that cgroup directory, as the operator accepted."""
+    global _PARENT
+    _PARENT = path
+
+
+def configured_parent() -> Path | None:
+    return _PARENT
+
+
+_PARENT: Path | None = None
+
+
 def _backend_for(root: Path | None, name: str) -> Backend:
     """A backend under ``root`` (a cgroup directory: v2 if it has cgroup.controllers, else v1), or next
     to this process's own cgroup in the real hierarchy (v2 if it can have cpu there, else v1)."""
     mounts = CgroupMounts.discover()
+    root = root if root is not None else _PARENT
     if root is not None:
+        if not root.is_dir():
+            raise ConfigError(f"cgroup parent {root} does not exist; pass an existing cgroup directory (e.g. "
+                              f"--perf-cgroup-parent /sys/fs/cgroup/<path>) or drop the option")
         if (root / "cgroup.controllers").exists():
             return V2Backend(root, name)
         return V1Backend(root, _v1_acct(root, mounts), name)
     own = {(version, ctrl): (leaf, top) for ctrl in ("cpu", "cpuacct")
            for leaf, top, version in cgroup_paths_of(os.getpid(), mounts, ctrl)}
-    detail = "no cgroup v2 mount"
+    refusal: QuotaNotPermitted | None = None
     if (2, "cpu") in own:
-        leaf, top = own[(2, "cpu")]
-        if (parent := v2_sandbox_parent(leaf, top)) is not None:
-            return V2Backend(parent, name)
-        detail = (f"cgroup v2: this process's cgroup {leaf} does not get the cpu controller "
-                  f"({leaf.parent if leaf != top else leaf}/cgroup.subtree_control lacks +cpu)")
+        try:
+            return V2Backend(cgroup_v2.apply(cgroup_v2.plan(*own[(2, "cpu")])).parent, name)
+        except QuotaNotPermitted as exc:
+            refusal = exc
     if (1, "cpu") in own:
         return V1Backend(own[(1, "cpu")][0], _v1_acct(own[(1, "cpu")][0], mounts), name)
+    if refusal is not None:
+        raise refusal
     raise QuotaNotPermitted(
-        f"no usable cgroup CPU controller ({detail}; no v1 cpu hierarchy); run the suite in a cgroup whose "
-        f"parent delegates cpu (e.g. systemd-run --scope -p Delegate=yes), {NO_QUOTA_FIX}")
+        f"no usable cgroup CPU controller (no cgroup v2 mount; no v1 cpu hierarchy); run the suite in a cgroup "
+        f"whose parent delegates cpu (e.g. systemd-run --scope -p Delegate=yes), {NO_QUOTA_FIX}")
 
 
 class CpuQuota:
