@@ -27,6 +27,10 @@ class ProcessCrashed(PerfError):
     """A supervised process died while it was being measured."""
 
 
+class MachineBusy(PerfError):
+    """Another perf run holds this machine's lock past the timeout (two measuring runs corrupt each other)."""
+
+
 class LeakError(PerfError):
     """A process, /dev/shm segment or cgroup outlived the thing that created it."""
 

@@ -15,6 +15,9 @@ MARKERS: dict[str, str] = {
     "slow": "takes minutes; the 'unit' tox env deselects it unless --perf-scale full.",
 }
 
+# A test with one of these measures: it never runs under xdist, and its run takes the machine lock first.
+MEASURED: tuple[str, ...] = ("perf", "mechanism", "engine")
+
 
 # Keyword arguments each marker accepts; anything else is a usage error naming the test (pytest-benchmark's rule).
 MARKER_KWARGS: dict[str, frozenset[str]] = {
@@ -24,6 +27,10 @@ MARKER_KWARGS: dict[str, frozenset[str]] = {
     "engine": frozenset(),
     "mechanism": frozenset(),
 }
+
+
+def is_measured(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(m) is not None for m in MEASURED)
 
 
 def marker_errors(item: pytest.Item) -> list[str]:
