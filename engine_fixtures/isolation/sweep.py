@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,10 +35,16 @@ import psutil
 
 from engine_fixtures.isolation import owner, run_registry
 from engine_fixtures.isolation.cgroups import PREFIX, owner_of_sandbox
-from engine_fixtures.isolation.leaks import SHM_DIR, find_cgroups, mapped_semaphores, semaphore_files, shm_holders
+from engine_fixtures.isolation.leaks import (
+    SHM_DIR,
+    SUITE_SEGMENT,
+    find_cgroups,
+    mapped_semaphores,
+    semaphore_files,
+    shm_holders,
+)
 from engine_fixtures.isolation.signals import sigkill_and_wait
 
-SUITE_SEGMENT = re.compile(r"perf_[a-z]+_(?P<pid>\d+)_[0-9a-f]{8}")  # transport.shm.new_segment_name and kin
 KILL_TIMEOUT_S = 10.0
 
 
