@@ -13,6 +13,7 @@ MARKERS: dict[str, str] = {
     "metric's declared floor (the smallest change ever flagged) for this test.",
     "mechanism": "the CPU-tier SHM copy-path mechanism benchmark (real /dev/shm, real processes, real cgroup).",
     "slow": "takes minutes; the 'unit' tox env deselects it unless --perf-scale full.",
+    "soak": "the harness under faults for many cycles (the full soak; always also marked slow).",
 }
 
 # A test with one of these measures: it never runs under xdist, and its run takes the machine lock first.
@@ -26,6 +27,7 @@ MARKER_KWARGS: dict[str, frozenset[str]] = {
     "cgroup": frozenset(),
     "engine": frozenset(),
     "mechanism": frozenset(),
+    "soak": frozenset(),
 }
 
 
