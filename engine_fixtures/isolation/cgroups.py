@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+import psutil
+
 from engine_fixtures.errors import ConfigError, LeakError, MeasurementError, QuotaNotPermitted
 from engine_fixtures.isolation import cgroup_v2, owner
 from engine_fixtures.isolation.cgroup_mounts import CgroupMounts, cgroup_paths_of
@@ -254,6 +256,13 @@ def _backend_for(root: Path | None, name: str) -> Backend:
         f"whose parent delegates cpu (e.g. systemd-run --scope -p Delegate=yes), {NO_QUOTA_FIX}")
 
 
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 class CpuQuota:
     """A ``perf-<name>-<owner token>-<6 hex>`` child cgroup with a CPU quota of ``cores`` (None: unlimited,
     accounted); the owner token is this run's (``owner.current()``), so a later run can tell a dead run's
@@ -324,9 +333,10 @@ class CpuQuota:
         """SIGKILL every process in the cgroup until it is empty (never reaps: ``Popen.wait()`` keeps the
         real status); LeakError if one survives ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
-        while pids := self._backend.pids():
-            if survivors := sigkill_and_wait(pids, max(0.0, deadline - time.monotonic())):
-                raise LeakError(f"processes {survivors} survived SIGKILL in cgroup {self.path} for "
+        while pids := tuple(p for p in self._backend.pids() if _running(p)):  # a listed pid may be gone already
+            survivors = sigkill_and_wait(pids, max(0.0, deadline - time.monotonic()))
+            if survivors or time.monotonic() > deadline:
+                raise LeakError(f"processes {list(survivors or pids)} survived SIGKILL in cgroup {self.path} for "
                                 f"{timeout_s} s (uninterruptible sleep?); see ps -o pid,stat,wchan -p ...")
 
     def add_pid(self, pid: int) -> None:

@@ -6,7 +6,8 @@ files. At session start ``sweep(...)`` removes, for every run that is dead (``ow
 false) and is not this one:
 
 - processes whose environment carries the dead run's ``PERF_RUN_OWNER`` (the supervisor puts it into every
-  tree it starts; children inherit it): SIGKILLed (zombies are already dead);
+  tree it starts; children inherit it), and their descendants (a process that sets its title, as SGLang's
+  do, hides its environment): SIGKILLed (zombies are already dead);
 - cgroup sandboxes ``perf-<name>-<dead token>-<hex>`` in every cpu hierarchy: what is inside is SIGKILLed and
   the directories removed, nested ones first;
 - /dev/shm entries that those processes had open or mapped (named semaphores by inode) and that no live
@@ -92,16 +93,21 @@ def _dead(run: owner.RunOwner | None, me: owner.RunOwner) -> bool:
 
 
 def _dead_processes(me: owner.RunOwner) -> dict[int, owner.RunOwner]:
-    found = {}
+    """Processes carrying a dead run's marker, and their descendants: a process that sets its title
+    (``sglang::scheduler``, via setproctitle) overwrites the environment block /proc shows, marker included."""
+    spare = {os.getpid()}
+    with contextlib.suppress(psutil.Error):
+        spare.update(p.pid for p in psutil.Process().parents())
+    found: dict[int, owner.RunOwner] = {}
     for pid in psutil.pids():
         run = owner.owner_of_process(pid)
-        if run is None or run == me or pid == os.getpid():
+        if run is None or run == me or pid in spare or not _dead(run, me):
             continue
         with contextlib.suppress(psutil.Error):
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                continue
-            if _dead(run, me):
-                found[pid] = run
+            proc = psutil.Process(pid)
+            for p in (proc, *proc.children(recursive=True)):
+                if p.pid not in spare and p.status() != psutil.STATUS_ZOMBIE:
+                    found.setdefault(p.pid, run)
     return found
 
 
