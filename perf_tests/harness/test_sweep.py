@@ -177,6 +177,8 @@ def test_ownerless_engine_segment_goes_only_when_no_live_run_could_own_it(tmp_pa
         (state / "runs" / f"{me.token}.json").unlink()  # no live run left: only the dead one can have made it
         out = json.loads(subprocess.run([sys.executable, "-c", SWEEP_AS_NEW_RUN, str(state)], check=True,
                                         capture_output=True, text=True, timeout=60).stdout)
+        if "SGLang process" in out["kept"]:  # another suite on this box runs an SGLang-titled process right now
+            pytest.skip(f"cannot show the removal while {out['kept'].rsplit(', as ', 1)[-1]}")
         assert name in out["shm"], out
         assert not (SHM_DIR / name).exists()
     finally:
