@@ -72,7 +72,7 @@ class RunGuard:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         measured = [i for i in session.items if marks.is_measured(i) and i.get_closest_marker("skip") is None]
-        if not measured or self.lock_state:
+        if not measured or self.lock_state or self.config.option.collectonly:
             return
         try:
             self.lock_state = self.lock.acquire(self.settings.lock_timeout, self._waiting)
