@@ -27,6 +27,14 @@ class ProcessCrashed(PerfError):
     """A supervised process died while it was being measured."""
 
 
+class ProcessStopError(PerfError):
+    """A supervised process ignored SIGTERM and had to be SIGKILLed: it did not shut down cleanly."""
+
+
+class MachineBusy(PerfError):
+    """Another perf run holds this machine's lock past the timeout (two measuring runs corrupt each other)."""
+
+
 class LeakError(PerfError):
     """A process, /dev/shm segment or cgroup outlived the thing that created it."""
 

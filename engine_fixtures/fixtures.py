@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -53,10 +54,11 @@ from engine_fixtures.options import SETTINGS_KEY, Settings
 from engine_fixtures.report import sections
 from engine_fixtures.report.recorder import InvariantJudge, PerfRecorder, session_verdicts
 from engine_fixtures.report.session import get_session
-from engine_fixtures.scenarios import mechanism
 from engine_fixtures.scenarios.engine_runner import EngineScenarioRunner
-from engine_fixtures.scenarios.mechanism import MechScenario
 from engine_fixtures.scenarios.registry import ScenarioResults, results_of
+
+if TYPE_CHECKING:
+    from engine_fixtures.scenarios.mechanism import MechScenario
 
 QuotaFactory = Callable[..., CpuQuota]
 CONTROL_WHY = ("the control arm: its numbers are this machine's speed today, which the other arms' rel.* "
@@ -149,6 +151,8 @@ def perf_mechanism(pytestconfig: pytest.Config, perf_results: ScenarioResults) -
     session = get_session(pytestconfig)
 
     def run(scenario: MechScenario) -> dict:
+        from engine_fixtures.scenarios import mechanism  # torch: imported by the tests that measure, not by every run
+
         cached = perf_results.cached_set(scenario.name)
         if cached is None:
             cached = mechanism.measure(scenario, session.settings, lambda r, a: session_verdicts(session, r, a))

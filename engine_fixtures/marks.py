@@ -16,7 +16,11 @@ MARKERS: dict[str, str] = {
     "sglang": "uses SGLang's own classes (ShmPointerMMData): skipped when SGLang is not importable here, an error "
     "when the installed release moved them (a layout this suite does not know), so nothing is measured in the "
     "wrong place; --perf-require-sglang VERSION makes the skip an error too.",
+    "soak": "the harness under faults for many cycles (the full soak; always also marked slow).",
 }
+
+# A test with one of these measures: it never runs under xdist, and its run takes the machine lock first.
+MEASURED: tuple[str, ...] = ("perf", "mechanism", "engine")
 
 
 # Keyword arguments each marker accepts; anything else is a usage error naming the test (pytest-benchmark's rule).
@@ -27,7 +31,12 @@ MARKER_KWARGS: dict[str, frozenset[str]] = {
     "engine": frozenset(),
     "mechanism": frozenset(),
     "sglang": frozenset(),
+    "soak": frozenset(),
 }
+
+
+def is_measured(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(m) is not None for m in MEASURED)
 
 
 def marker_errors(item: pytest.Item) -> list[str]:

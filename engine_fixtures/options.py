@@ -177,6 +177,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("require_sglang", "This run tests this SGLang release (e.g. 0.5.20): the session stops at start unless "
            "it is installed and its own classes import, so tests marked 'sglang' can never skip unseen (the "
            "per-version tox envs set it).", str, None, "VERSION"),
+    Option("cgroup_parent", "Create every cgroup sandbox under this cgroup directory (v2 or v1). Without it a v2 "
+           "sandbox goes inside this process's own cgroup and never above it; pass e.g. /sys/fs/cgroup when that "
+           "cgroup offers no cpu controller and you accept sandboxes outside it (they escape its memory limit and "
+           "its kill).", Path, None, "PATH"),
+    Option("state_dir", "Machine-wide directory of the perf lock and the records of running perf runs (what the "
+           "sweep at session start knows of killed runs). Default: /run/lock/sglang-perf-suite, else "
+           "$TMPDIR/sglang-perf-suite.", Path, None, "DIR"),
+    Option("lock_timeout", "Seconds a run that measures waits for the machine lock held by another measuring run "
+           "(two perf runs on one machine corrupt each other's numbers) before it fails.", parse_positive_float,
+           1800.0, "S"),
 )
 OPTIONS_BY_NAME: Mapping[str, Option] = {o.name: o for o in OPTIONS}
 
@@ -265,6 +275,9 @@ class Settings:
     sample_hz: float = 10.0
     client_cpus: tuple[int, ...] | None = None
     require_sglang: str | None = None
+    cgroup_parent: Path | None = None
+    state_dir: Path | None = None
+    lock_timeout: float = 1800.0
     sources: Mapping[str, str] = field(default_factory=dict)
 
 

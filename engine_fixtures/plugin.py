@@ -33,13 +33,20 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.require_sglang and (problem := marks.require_sglang(settings.require_sglang)) is not None:
         raise pytest.UsageError(problem)
 
-
+    from engine_fixtures.isolation.cgroups import configure_parent, configured_parent
     from engine_fixtures.machine import MachineInfo
+    from engine_fixtures.report.run_guard import install_run_guard
     from engine_fixtures.report.session import install_session
 
+    previous = configured_parent()
+    config.add_cleanup(lambda: configure_parent(previous))  # a pytester session may run in this process
+    configure_parent(settings.cgroup_parent)
+    guard = install_run_guard(config)
     machine = MachineInfo.collect()
     config.stash[_MACHINE_KEY] = machine
-    install_session(config, machine_key=machine.key, machine=machine.as_dict())
+    session = install_session(config, machine_key=machine.key, machine=machine.as_dict())
+    if guard is not None and guard.report:
+        session.findings.append(guard.report.line().removeprefix("perf "))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -49,7 +56,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     changed = [f"{name}={getattr(settings, name)!r} ({src})" for name, src in settings.sources.items()
                if not src.startswith("default")]
     lines.append("perf options: " + (", ".join(changed) if changed else "all defaults"))
-    return lines
+    from engine_fixtures.report.run_guard import header_lines
+
+    return lines + header_lines(config)
 
 
 def _cached_reason(config: pytest.Config, key: tuple[str, object], compute) -> str | None:
@@ -68,7 +77,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     xdist = marks.xdist_reason(config)
     for item in items:
         reason = None
-        measured = any(item.get_closest_marker(m) for m in ("perf", "mechanism", "engine"))
+        measured = marks.is_measured(item)
         if xdist and measured:
             reason = xdist
         gpu = item.get_closest_marker("gpu")

@@ -3,7 +3,9 @@
 Engines are expensive (minutes on a GPU), so tests asking for the same spec share one. By default at
 most one engine is live (``max_live=1``): asking for another spec stops the previous one first, so two
 engines never compete for the GPU or the CPU quota. After every stop the factory asserts that no
-process, /dev/shm segment or cgroup outlived it (``leaks.LeakSnapshot``).
+process, /dev/shm segment or cgroup outlived it (``leaks.LeakSnapshot``). An engine whose server process ignored
+SIGTERM for ``stop_grace_s`` is SIGKILLed, checked like any other, and then reported as ``ProcessStopError``:
+its shutdown is broken, and a test must not pass over that.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from pathlib import Path
 
 import psutil
 
-from engine_fixtures.engine.handle import EngineHandle, start_engine
+from engine_fixtures.engine.handle import SHM_MIN_FREE_MB, STOP_GRACE_S, EngineHandle, start_engine
 from engine_fixtures.engine.spec import EngineSpec
-from engine_fixtures.errors import ProcessCrashed
+from engine_fixtures.errors import ProcessCrashed, ProcessStopError
 from engine_fixtures.isolation.cgroups import PREFIX
 from engine_fixtures.isolation.leaks import Leaks, LeakSnapshot
 
@@ -49,7 +51,10 @@ class EngineFactory:
     """``get(spec)`` starts or reuses; ``release(spec)`` stops one; ``close()`` stops all (session end)."""
 
     def __init__(self, workroot: Path, deadline_s: float, *, python: str = sys.executable, max_live: int = 1,
-                 on_finding: Callable[[str], None] | None = None):
+                 on_finding: Callable[[str], None] | None = None, stop_grace_s: float = STOP_GRACE_S,
+                 shm_min_free_mb: float = SHM_MIN_FREE_MB):
+        self.stop_grace_s = stop_grace_s
+        self.shm_min_free_mb = shm_min_free_mb
         self.on_finding = on_finding or (lambda _msg: None)
         self.workroot = Path(workroot)
         self.deadline_s = deadline_s
@@ -77,7 +82,8 @@ class EngineFactory:
         self.started += 1
         workdir = self.workroot / f"{self.started:02d}-{spec.key}"
         try:
-            handle = start_engine(spec, workdir, deadline_s=self.deadline_s, python=self.python, port=port)
+            handle = start_engine(spec, workdir, deadline_s=self.deadline_s, python=self.python, port=port,
+                                  shm_min_free_mb=self.shm_min_free_mb)
         except BaseException:
             self._check_leaks(spec, before)
             raise
@@ -90,9 +96,15 @@ class EngineFactory:
         if entry is None:
             return
         try:
-            entry.handle.stop()
+            report = entry.handle.stop(self.stop_grace_s)
         finally:
             self._check_leaks(spec, entry.before)
+        if entry.handle.pid in report.killed:
+            raise ProcessStopError(
+                f"engine {spec.key} (pid {entry.handle.pid}) ignored SIGTERM for {self.stop_grace_s:g} s and was "
+                f"SIGKILLed with {len(report.killed) - 1} other process(es); nothing outlived it (processes, cgroup, "
+                f"/dev/shm checked), but its shutdown is broken: see {entry.handle.log_path}. If it is only slow "
+                f"to exit, raise EngineFactory(stop_grace_s=...)")
 
     def _others(self) -> frozenset[int]:
         """Processes of the engines still live (an A/B pair): not leaks of the one just stopped."""

@@ -1,7 +1,8 @@
 """Start one engine (SGLang or any command with SGLang's HTTP surface) and hand out an ``EngineHandle``.
 
 Contract of ``start_engine``: the model directory is checked first (``model.modeldir.check_model_dir``:
-ConfigError naming the fix), the port is free (ConfigError naming who holds it), the engine starts in a new
+ConfigError naming the fix), then /dev/shm has ``shm_min_free_mb`` free (ConfigError naming the space, the
+largest entries and the fixes), the port is free (ConfigError naming who holds it), the engine starts in a new
 session inside ``CpuQuota(spec.cpu_quota)`` when a quota is set, and is ready when ``/health`` answers 200
 within ``deadline_s``; an early exit or a missed deadline raises ProcessStartError with the exit status and
 the log tail, after everything started was stopped again (processes, cgroup). ``EngineHandle.stop()`` is
@@ -38,12 +39,15 @@ from engine_fixtures.isolation.process import (
     free_port,
     require_free_port,
 )
+from engine_fixtures.isolation.shm_space import require_shm_space
 from engine_fixtures.model.modeldir import check_model_dir
 from engine_fixtures.sglang_plugin import PROOF_DIR_ENV
 from engine_fixtures.sglang_plugin.distinfo import GROUP, TARGET, write_dist_info
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HTTP_TIMEOUT_S = 10.0
+STOP_GRACE_S = 10.0  # SIGTERM to SIGKILL
+SHM_MIN_FREE_MB = 256  # the images in flight cross /dev/shm (SGLang falls back to inline transport, silently)
 
 
 def _plugin_installed() -> bool:
@@ -200,11 +204,11 @@ class EngineHandle:
         return proof
 
     # ------------------------------------------------------------------ stop
-    def stop(self) -> StopReport:
-        """Stop the whole tree, then remove the cgroup. Idempotent."""
+    def stop(self, grace_s: float = STOP_GRACE_S) -> StopReport:
+        """Stop the whole tree (SIGTERM, SIGKILL after ``grace_s``), then remove the cgroup. Idempotent."""
         if self._stopped is None:
             try:
-                self._stopped = self.proc.stop()
+                self._stopped = self.proc.stop(grace_s)
                 self._reap_orphans()
             finally:
                 self._stack.close()
@@ -221,9 +225,11 @@ def start_engine(
     deadline_s: float,
     python: str = sys.executable,
     port: int | None = None,
+    shm_min_free_mb: float = SHM_MIN_FREE_MB,
 ) -> EngineHandle:
     """Launch ``spec`` and wait until it is ready; see the module docstring for the error contract."""
     check_model_dir(Path(spec.model))
+    require_shm_space(shm_min_free_mb)
     if port is None:
         port = free_port()
     else:

@@ -5,9 +5,12 @@ Contracts:
   cgroup and all its ancestors, in every hierarchy that has a cpu controller); ``None`` if unlimited.
 - ``probe_quota_support()``: ``None`` if a child cgroup with a quota can be created here, else a
   reason stating the fact and the fix.
-- ``CpuQuota(cores)``: a uniquely named ``perf-*`` child cgroup with that quota (``None`` = no limit,
-  still accounted). Leaving the ``with`` block SIGKILLs whatever is still inside and removes the
-  cgroup, also after an exception. Backends: ``V2Backend`` and ``V1Backend`` (one interface).
+- ``CpuQuota(cores)``: a ``perf-<name>-<owner token>-<hex>`` child cgroup with that quota (``None`` = no
+  limit, still accounted); ``owner_of_sandbox(name)`` reads the owning run back. Leaving the ``with`` block
+  SIGKILLs whatever is still inside and removes the cgroup, also after an exception. Backends: ``V2Backend``
+  and ``V1Backend`` (one interface).
+- Placement: under ``root`` if given, else under ``configure_parent(path)``'s path (``--perf-cgroup-parent``),
+  else v2 inside this process's own cgroup (``cgroup_v2.plan``: never above it), else v1 next to it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -22,12 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+import psutil
+
 from engine_fixtures.errors import ConfigError, LeakError, MeasurementError, QuotaNotPermitted
+from engine_fixtures.isolation import cgroup_v2, owner
 from engine_fixtures.isolation.cgroup_mounts import CgroupMounts, cgroup_paths_of
 from engine_fixtures.isolation.signals import sigkill_and_wait
 
 PERIOD_US = 100_000
 PREFIX = "perf-"
+_SANDBOX_RE = re.compile(rf"{PREFIX}(?:.+-)?(?P<token>\d+\.\d+)-[0-9a-f]{{6}}")
 NO_QUOTA_FIX = "or pass `--perf-cpu-quota none` to run without quotas (quota arms are then skipped)"
 CREATED_HERE: set[str] = set()  # names of the cgroups this process created, so leak checks blame only us
 
@@ -94,6 +102,13 @@ def effective_cpu_quota(pid: int | None = None, mounts: CgroupMounts | None = No
     limits = [q for leaf, top, version in cgroup_paths_of(pid or os.getpid(), mounts, "cpu")
               if (q := quota_along(leaf, top, version)) is not None]
     return min(limits) if limits else None
+
+
+def owner_of_sandbox(name: str) -> owner.RunOwner | None:
+    """The run that made the sandbox named ``name`` (``perf-<name>-<pid>.<start>-<hex>``); None for other names
+    (an older version's ``perf-<name>-<uuid>``, or not a sandbox)."""
+    m = _SANDBOX_RE.fullmatch(name)
+    return owner.RunOwner.parse(m["token"]) if m else None
 
 
 class Backend:
@@ -186,30 +201,6 @@ class V1Backend(Backend):
                        kv.get("throttled_time", 0) / 1e9)
 
 
-def _lists_cpu(f: Path) -> bool:
-    return f.exists() and "cpu" in f.read_text().split()
-
-
-def v2_sandbox_parent(leaf: Path, top: Path) -> Path | None:
-    """Where a v2 sandbox can live: the root cgroup itself, our cgroup if its subtree already has cpu,
-    else our cgroup's parent (a sibling of ours) if that parent hands cpu down to us."""
-    if leaf == top:
-        return leaf if _lists_cpu(leaf / "cgroup.controllers") else None
-    if _lists_cpu(leaf / "cgroup.subtree_control"):
-        return leaf
-    if _lists_cpu(leaf / "cgroup.controllers"):
-        return leaf.parent
-    # Containers often put us in a leaf whose parent does not hand cpu down (e.g. /process_api/<id> on
-    # the H200 box) while the hierarchy's root does. Root may create the sandbox higher up, in the nearest
-    # ancestor that delegates cpu and whose cgroup.procs it can write (it must own the common ancestor).
-    for ancestor in leaf.parents:
-        if top not in (ancestor, *ancestor.parents):
-            break
-        if _lists_cpu(ancestor / "cgroup.subtree_control") and os.access(ancestor / "cgroup.procs", os.W_OK):
-            return ancestor
-    return None
-
-
 def _v1_acct(cpu_dir: Path, mounts: CgroupMounts) -> Path | None:
     """The cpuacct directory matching a v1 cpu directory (itself when co-mounted "cpu,cpuacct")."""
     if (cpu_dir / "cpuacct.usage").exists():
@@ -221,32 +212,61 @@ def _v1_acct(cpu_dir: Path, mounts: CgroupMounts) -> Path | None:
     return acct if acct.is_dir() else None
 
 
+def configure_parent(path: Path | None) -> None:
+    """Where every ``CpuQuota`` of this process is created unless it names a ``root``: ``None`` (default) lets
+    each sandbox find its place next to this process's own cgroup; a path (``--perf-cgroup-parent``) puts
+    them all under that cgroup directory, as the operator accepted."""
+    global _PARENT
+    _PARENT = path
+
+
+def configured_parent() -> Path | None:
+    return _PARENT
+
+
+_PARENT: Path | None = None
+
+
 def _backend_for(root: Path | None, name: str) -> Backend:
     """A backend under ``root`` (a cgroup directory: v2 if it has cgroup.controllers, else v1), or next
     to this process's own cgroup in the real hierarchy (v2 if it can have cpu there, else v1)."""
     mounts = CgroupMounts.discover()
+    root = root if root is not None else _PARENT
     if root is not None:
+        if not root.is_dir():
+            raise ConfigError(f"cgroup parent {root} does not exist; pass an existing cgroup directory (e.g. "
+                              f"--perf-cgroup-parent /sys/fs/cgroup/<path>) or drop the option")
         if (root / "cgroup.controllers").exists():
             return V2Backend(root, name)
         return V1Backend(root, _v1_acct(root, mounts), name)
     own = {(version, ctrl): (leaf, top) for ctrl in ("cpu", "cpuacct")
            for leaf, top, version in cgroup_paths_of(os.getpid(), mounts, ctrl)}
-    detail = "no cgroup v2 mount"
+    refusal: QuotaNotPermitted | None = None
     if (2, "cpu") in own:
-        leaf, top = own[(2, "cpu")]
-        if (parent := v2_sandbox_parent(leaf, top)) is not None:
-            return V2Backend(parent, name)
-        detail = (f"cgroup v2: this process's cgroup {leaf} does not get the cpu controller "
-                  f"({leaf.parent if leaf != top else leaf}/cgroup.subtree_control lacks +cpu)")
+        try:
+            return V2Backend(cgroup_v2.apply(cgroup_v2.plan(*own[(2, "cpu")])).parent, name)
+        except QuotaNotPermitted as exc:
+            refusal = exc
     if (1, "cpu") in own:
         return V1Backend(own[(1, "cpu")][0], _v1_acct(own[(1, "cpu")][0], mounts), name)
+    if refusal is not None:
+        raise refusal
     raise QuotaNotPermitted(
-        f"no usable cgroup CPU controller ({detail}; no v1 cpu hierarchy); run the suite in a cgroup whose "
-        f"parent delegates cpu (e.g. systemd-run --scope -p Delegate=yes), {NO_QUOTA_FIX}")
+        f"no usable cgroup CPU controller (no cgroup v2 mount; no v1 cpu hierarchy); run the suite in a cgroup "
+        f"whose parent delegates cpu (e.g. systemd-run --scope -p Delegate=yes), {NO_QUOTA_FIX}")
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 class CpuQuota:
-    """A ``perf-<name>-<uuid>`` child cgroup with a CPU quota of ``cores`` (None: unlimited, accounted)."""
+    """A ``perf-<name>-<owner token>-<6 hex>`` child cgroup with a CPU quota of ``cores`` (None: unlimited,
+    accounted); the owner token is this run's (``owner.current()``), so a later run can tell a dead run's
+    leftover from a live run's sandbox."""
 
     def __init__(self, cores: float | None, *, name: str = "perf", root: Path | None = None,
                  kill_timeout_s: float = 10.0) -> None:
@@ -254,7 +274,8 @@ class CpuQuota:
             raise ValueError(f"CpuQuota cores must be > 0 or None, got {cores!r}")
         self.cores = cores
         base = name.removeprefix("perf").strip("-")
-        self.name = f"{PREFIX}{base + '-' if base else ''}{uuid.uuid4().hex[:8]}"
+        self.owner = owner.current()
+        self.name = f"{PREFIX}{base + '-' if base else ''}{self.owner.token}-{uuid.uuid4().hex[:6]}"
         self.kill_timeout_s = kill_timeout_s
         self._backend = _backend_for(root, self.name)
         self._created = False
@@ -312,9 +333,10 @@ class CpuQuota:
         """SIGKILL every process in the cgroup until it is empty (never reaps: ``Popen.wait()`` keeps the
         real status); LeakError if one survives ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
-        while pids := self._backend.pids():
-            if survivors := sigkill_and_wait(pids, max(0.0, deadline - time.monotonic())):
-                raise LeakError(f"processes {survivors} survived SIGKILL in cgroup {self.path} for "
+        while pids := tuple(p for p in self._backend.pids() if _running(p)):  # a listed pid may be gone already
+            survivors = sigkill_and_wait(pids, max(0.0, deadline - time.monotonic()))
+            if survivors or time.monotonic() > deadline:
+                raise LeakError(f"processes {list(survivors or pids)} survived SIGKILL in cgroup {self.path} for "
                                 f"{timeout_s} s (uninterruptible sleep?); see ps -o pid,stat,wchan -p ...")
 
     def add_pid(self, pid: int) -> None:

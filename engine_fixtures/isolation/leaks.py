@@ -5,7 +5,9 @@ Contracts:
   create time, so a reused pid is a new process) and every cgroup named ``cgroup_prefix*`` in each
   cpu/cpuacct hierarchy and the v2 tree.
 - ``before.new_since(after) -> Leaks``: what exists in ``after`` but not in ``before`` and is ours:
-  a new segment counts unless only processes outside this process's tree hold it (open or mapped);
+  a new segment counts unless only processes outside this process's tree hold it (open or mapped), or it is
+  one of the suite's own ``perf_<kind>_<creator pid>_<8 hex>`` whose creator is alive and not ours (another
+  run's segment in flight between its processes);
   a new cgroup counts if this process created it (``CpuQuota``) or one of our processes is in it. So
   another test run on the same machine is neither blamed nor cleaned up.
 - ``before.assert_no_new(after=None)`` raises ``LeakError`` listing every leaked item.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +35,7 @@ from engine_fixtures.isolation.cgroups import CREATED_HERE, PREFIX
 from engine_fixtures.isolation.signals import sigkill_and_wait
 
 SHM_DIR = Path("/dev/shm")
+SUITE_SEGMENT = re.compile(r"perf_[a-z]+_(?P<pid>\d+)_[0-9a-f]{8}")  # transport.shm.new_segment_name and kin
 
 
 def _descendants() -> frozenset[tuple[int, float]]:
@@ -66,6 +70,15 @@ def _ours(pids: set[int]) -> set[int]:
     me = psutil.Process()
     tree = {me.pid} | {p.pid for p in me.children(recursive=True)}
     return pids & tree
+
+
+def foreign_suite_segment(name: str) -> bool:
+    """True for a ``perf_<kind>_<pid>_<hex>`` segment whose creator is alive and not this process or ours."""
+    m = SUITE_SEGMENT.fullmatch(name)
+    if m is None:
+        return False
+    creator = int(m["pid"])
+    return psutil.pid_exists(creator) and not _ours({creator})
 
 
 def find_cgroups(prefix: str = PREFIX, mounts: CgroupMounts | None = None) -> frozenset[Path]:
@@ -154,7 +167,8 @@ class LeakSnapshot:
         live engine of the same run): they, and segments only they hold, are not leaks."""
         holders = shm_holders() if after.shm - self.shm else {}
         shm = [n for n in after.shm - self.shm
-               if (SHM_DIR / n).exists() and (not holders.get(n) or _ours(holders[n] - exclude_pids))]
+               if (SHM_DIR / n).exists() and (not holders.get(n) or _ours(holders[n] - exclude_pids))
+               and not foreign_suite_segment(n)]
         cgroups = [p for p in after.cgroups - self.cgroups if p.exists() and _created_by_us(p)]
         procs = []
         for pid, _created in sorted(after.processes - self.processes):

@@ -4,11 +4,12 @@ The one place the suite starts a process tree: the engine, the mechanism benchma
 its copy loop, the load client and the self-tests' stubs all go through ``Supervised``.
 
 Contracts:
-- ``Supervised.start(spec, sandbox)`` starts ``spec.argv`` with ``spec.env`` (default ``curated_env()``)
-  inside ``sandbox`` (a ``Sandbox`` such as ``CpuQuota``) from the first instruction, in a new session
-  unless ``spec.new_session`` is False. ``spec.stdio``: ``"log"`` (stdin /dev/null, stdout and stderr to
-  ``spec.log_path``) or ``"pipes"`` (``proc.stdin``/``proc.stdout`` are pipes, in text mode if
-  ``spec.text``, for a line or frame protocol; stderr to ``spec.log_path``).
+- ``Supervised.start(spec, sandbox)`` starts ``spec.argv`` with ``spec.env`` (default ``curated_env()``) plus
+  ``PERF_RUN_OWNER`` (the run's owner token, ``owner.current()``, unless ``spec.env`` sets it: a later run's
+  sweep finds the tree by it if this run dies) inside ``sandbox`` (a ``Sandbox`` such as ``CpuQuota``) from
+  the first instruction, in a new session unless ``spec.new_session`` is False. ``spec.stdio``: ``"log"``
+  (stdin /dev/null, stdout and stderr to ``spec.log_path``) or ``"pipes"`` (``proc.stdin``/``proc.stdout`` are
+  pipes, in text mode if ``spec.text``, for a line or frame protocol; stderr to ``spec.log_path``).
 - ``wait_ready(condition, deadline_s)`` returns the seconds it took, or raises ``ProcessStartError`` at
   once when the process exits, or at the deadline (never later than one poll interval past it).
 - ``ensure_alive()`` raises ``ProcessCrashed`` if the process has exited.
@@ -41,6 +42,8 @@ from engine_fixtures.errors import (
     ProcessStartError,
     QuotaNotPermitted,
 )
+from engine_fixtures.isolation.owner import OWNER_ENV
+from engine_fixtures.isolation.owner import current as current_owner
 from engine_fixtures.isolation.signals import describe_exit
 
 TRACKER_GRACE_S = 5.0  # how long a resource tracker may take to clean up after its clients died
@@ -161,10 +164,12 @@ class Supervised:
     def start(cls, spec: LaunchSpec, sandbox: Sandbox | None = None) -> Supervised:
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         pipes = spec.stdio == "pipes"
+        env = {**spec.env}
+        env.setdefault(OWNER_ENV, current_owner().token)  # so a later run can find the tree if this run dies
         with open(spec.log_path, "wb") as log:
             try:
                 proc = subprocess.Popen(
-                    spec.argv, env=dict(spec.env), cwd=spec.cwd,
+                    spec.argv, env=env, cwd=spec.cwd,
                     stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
                     stdout=subprocess.PIPE if pipes else log, stderr=log if pipes else subprocess.STDOUT,
                     text=spec.text and pipes, start_new_session=spec.new_session,

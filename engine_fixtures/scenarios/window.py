@@ -13,7 +13,8 @@ requests (``/metrics``), and reads the arm proof before and after. Values:
 - the CUDA IPC arm's ``ipc_opens_per_image`` and ``rebuild_ms_per_image``, from the proof counters;
 - diagnostics ``achieved_concurrency`` and ``scheduling_delay_p99_ms``.
 A client-bound window (the client, not the engine, limited it) is measured again, up to ``attempts`` times,
-and is then a ``MeasurementError``: it is never recorded as an engine number.
+and is then a ``MeasurementError``: it is never recorded as an engine number. An engine that dies under the
+load is ``ProcessCrashed`` (its exit status and log tail), whatever the client saw.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine_fixtures.engine.handle import EngineHandle
-from engine_fixtures.errors import MeasurementError
+from engine_fixtures.errors import MeasurementError, ProcessCrashed
 from engine_fixtures.loadgen.load_report import LoadReport
 from engine_fixtures.loadgen.runner import run_load
 from engine_fixtures.loadgen.workload import WorkloadSpec
@@ -45,8 +46,12 @@ def _load(engine: EngineHandle, workload: WorkloadSpec, client_cpus: Sequence[in
         before = engine.proof().summary() if proof else {}
         cpu = CpuSampler(engine.pids, 0.1, engine.spec.cpu_quota)
         samplers = [cpu, GpuSampler(engine.spec.gpus, engine.pids, 0.1), RunningRequestsSampler(engine.url)]
-        with SamplerSet(samplers) as ss:
-            report = run_load(engine.url, workload, cpus=client_cpus)
+        try:
+            with SamplerSet(samplers) as ss:
+                report = run_load(engine.url, workload, cpus=client_cpus)
+        except Exception as exc:
+            _engine_died_under(engine, exc)
+            raise
         engine.ensure_alive()
         if not report.client_bound:
             after = engine.proof().summary() if proof else {}
@@ -59,6 +64,14 @@ def _load(engine: EngineHandle, workload: WorkloadSpec, client_cpus: Sequence[in
     raise MeasurementError(f"the load client, not the engine, limited {attempts} windows in a row against "
                            f"{engine.url} ({'; '.join(reasons)}); such windows are never recorded: pin the client "
                            "to free CPUs (--perf-client-cpus), or lower the concurrency")
+
+
+def _engine_died_under(engine: EngineHandle, exc: Exception) -> None:
+    """An engine that died under the load is the error that names the fault, not the client's failed requests."""
+    try:
+        engine.ensure_alive()
+    except ProcessCrashed as crashed:
+        raise crashed from exc
 
 
 def measure_window(engine: EngineHandle, workload: WorkloadSpec, client_cpus: Sequence[int] | None = None,

@@ -6,8 +6,9 @@ File names: a scenario id such as ``mech/copy=torch/quota=0.5`` contains ``/``; 
 ``%2E`` so no baseline is ever a hidden or temp file.
 
 Writes are atomic: temp file in the same directory, fsync, ``os.replace``, fsync of the directory. A writer
-killed at any moment leaves the old or the new file, never a torn one (an orphaned ``.<name>.*.tmp`` may
-remain; listings ignore it).
+killed at any moment leaves the old or the new file, never a torn one. The temp file is
+``.<name>.<owner token>.<random>.tmp`` (``isolation.owner.temp_prefix``): listings ignore it, and the sweep of
+a later run (``isolation.sweep``) tells from the token whose half-written file it is.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import json
 import os
 import tempfile
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from engine_fixtures.errors import BaselineError
+from engine_fixtures.isolation import owner
 
 _SAFE = "=,+-_."
 
@@ -48,13 +50,15 @@ def dumps(data: Mapping[str, Any]) -> str:
     return json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically and durably (temp + fsync + rename + dir fsync)."""
+@contextlib.contextmanager
+def atomic_writer(path: Path) -> Iterator[IO[str]]:
+    """A text file that replaces ``path`` atomically and durably when the block ends without an exception
+    (temp + fsync + rename + dir fsync); on an exception the temp file is removed and ``path`` is untouched."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=owner.temp_prefix(path.name), suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -67,3 +71,10 @@ def atomic_write_text(path: Path, text: str) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically and durably (``atomic_writer``)."""
+    with atomic_writer(path) as fh:
+        fh.write(text)
+

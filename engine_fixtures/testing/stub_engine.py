@@ -6,7 +6,16 @@ spawns children titled like SGLang's (``sglang::scheduler[_PP<p>][_TP<t>]`` per 
 ``/server_info`` (0.5.16 layout: the resolved PP cap only in ``internal_states[0]``), ``/metrics``
 (prometheus_client), ``/flush_cache`` and streaming ``/v1/chat/completions``. Requests beyond
 ``--max-running-requests`` queue, as in SGLang.
-Failure modes for the tests: ``--stub-mode crash-before-ready | never-ready``.
+
+Failure modes for the tests (``--stub-mode``):
+- ``crash-before-ready``: exits 3 during "model load" with a CUDA OOM message;
+- ``never-ready``: starts its children, never serves;
+- ``slow-start``: serves only after ``--stub-start-s`` seconds (a model load slower than the deadline);
+- ``crash-mid-load``: the first chat request gets one token, then the server exits 70 (a scheduler crash);
+- ``ignore-sigterm``: ignores SIGTERM (a shutdown that hangs), so only SIGKILL stops it.
+``--stub-shm-mb N`` allocates (``posix_fallocate``) and maps an SGLang-named ``sgl_shm_*`` segment of N MiB for
+the server's lifetime, unlinked on a clean exit: a SIGKILLed stub leaves it, as SGLang does; a /dev/shm too full
+for it stops the start with ENOSPC.
 """
 
 from __future__ import annotations
@@ -15,14 +24,18 @@ import argparse
 import asyncio
 import contextlib
 import json
+import mmap
 import multiprocessing as mp
 import os
+import secrets
+import signal
 import sys
 import time
 from importlib import metadata
 from pathlib import Path
 
 DEFAULT_MAX_RUNNING = 64
+MODES = ("ok", "crash-before-ready", "never-ready", "slow-start", "crash-mid-load", "ignore-sigterm")
 
 
 def _load_plugins() -> None:
@@ -75,8 +88,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--mm-preprocess-cache-size-mb", type=int)
     p.add_argument("--disable-radix-cache", action="store_true")
     p.add_argument("--enable-metrics", action="store_true")
-    p.add_argument("--stub-mode", choices=("ok", "crash-before-ready", "never-ready"), default="ok")
+    p.add_argument("--stub-mode", choices=MODES, default="ok")
     p.add_argument("--stub-token-ms", type=float, default=2.0)
+    p.add_argument("--stub-start-s", type=float, default=30.0)
+    p.add_argument("--stub-shm-mb", type=int, default=0)
     return p.parse_args(argv)
 
 
@@ -154,6 +169,10 @@ class Stub:
                     await asyncio.sleep(self.a.stub_token_ms / 1000.0)  # the stub's stand-in for decode work
                     if i == 0:
                         self.ttft_l.observe(time.perf_counter() - t0)
+                    if i == 1 and self.a.stub_mode == "crash-mid-load":
+                        print("stub_engine: scheduler died mid-load (simulated: CUDA error: an illegal memory "
+                              "access was encountered)", file=sys.stderr, flush=True)
+                        os._exit(70)
                     chunk = {
                         "id": "stub",
                         "object": "chat.completion.chunk",
@@ -201,6 +220,24 @@ class Stub:
         return app
 
 
+@contextlib.contextmanager
+def shm_pool(mib: int):  # type: ignore[no-untyped-def]
+    """An SGLang-named segment of ``mib`` MiB, allocated and mapped for the block (unlinked after it)."""
+    if mib <= 0:
+        yield None
+        return
+    name = f"sgl_shm_stub_{secrets.token_hex(4)}"
+    fd = os.open(f"/dev/shm/{name}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, mib << 20)  # ENOSPC now, not SIGBUS on first touch
+        with mmap.mmap(fd, mib << 20) as mem:
+            print(f"stub_engine: shm pool /dev/shm/{name} ({mib} MiB)", flush=True)
+            yield mem
+    finally:
+        os.close(fd)
+        os.unlink(f"/dev/shm/{name}")
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse(sys.argv[1:] if argv is None else argv)
     if not (a.model_path / "config.json").is_file():
@@ -209,6 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.stub_mode == "crash-before-ready":
         print("stub_engine: simulated crash during model load (RuntimeError: CUDA out of memory)", flush=True)
         return 3
+    with shm_pool(a.stub_shm_mb):
+        return serve(a)
+
+
+def serve(a: argparse.Namespace) -> int:
     _load_plugins()
     ctx = mp.get_context("spawn")
     pipes = []
@@ -221,12 +263,17 @@ def main(argv: list[str] | None = None) -> int:
     print("stub_engine: children up", flush=True)
     if a.stub_mode == "never-ready":
         pipes[0].recv()  # blocks forever (until killed): never serves
+    if a.stub_mode == "slow-start":
+        time.sleep(a.stub_start_s)  # the stand-in for a model load slower than the caller's deadline
     from aiohttp import web
 
+    ignore = a.stub_mode == "ignore-sigterm"
+    if ignore:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("stub_engine: ignoring SIGTERM", flush=True)
     print(f"stub_engine: serving on {a.host}:{a.port}", flush=True)
-    web.run_app(Stub(a).app(), host=a.host, port=a.port, print=None, handle_signals=True)
+    web.run_app(Stub(a).app(), host=a.host, port=a.port, print=None, handle_signals=not ignore)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -17,11 +18,13 @@ import aiohttp
 import psutil
 import pytest
 
+from engine_fixtures.engine.factory import EngineFactory
 from engine_fixtures.engine.handle import EngineHandle, start_engine
 from engine_fixtures.engine.lint import find_hidden_caps
 from engine_fixtures.engine.prometheus import QUEUED, RUNNING, TTFT
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, ProcessCrashed, ProcessStartError
+from engine_fixtures.isolation.shm_space import require_shm_space
 from engine_fixtures.model.modeldir import write_model_dir
 
 STUB = ("-m", "engine_fixtures.testing.stub_engine")
@@ -181,3 +184,32 @@ def test_failing_test_shows_the_engine_log_tail(pytester: pytest.Pytester) -> No
     r = pytester.runpytest_subprocess()
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*AssertionError: boom*", "*- engine log (tail) -*", "stub_engine: serving on*"])
+
+
+def test_engine_segment_left_by_a_crash_is_removed_and_reported(model: Path, tmp_path: Path) -> None:
+    """A crashed engine leaves its /dev/shm pool (SGLang does); the factory removes it and says so."""
+    findings: list[str] = []
+    factory = EngineFactory(tmp_path, DEADLINE_S, on_finding=findings.append)
+    h = factory.get(stub(model, extra_args=("--stub-shm-mb", "1")))
+    (pool,) = [n for n in os.listdir("/dev/shm") if n.startswith("sgl_shm_stub_") and n in h.log_tail()]
+    os.kill(h.pid, signal.SIGKILL)
+    h.proc.proc.wait(timeout=10)
+    factory.close()
+    assert not os.path.exists(f"/dev/shm/{pool}")
+    assert any(pool in f for f in findings), findings
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs: needs root")
+def test_nearly_full_shm_is_refused_before_launch(tmp_path: Path) -> None:
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(shm)], check=True, timeout=30)
+    try:
+        fd = os.open(shm / "leftover", os.O_CREAT | os.O_RDWR, 0o600)
+        os.posix_fallocate(fd, 0, 7 << 20)
+        os.close(fd)
+        with pytest.raises(ConfigError, match=r"nearly full: 1 MiB free of 8 MiB.*at least 4 MiB.*leftover \(7 MiB\)"):
+            require_shm_space(4, shm)
+        require_shm_space(0.5, shm)
+    finally:
+        subprocess.run(["umount", str(shm)], check=True, timeout=30)

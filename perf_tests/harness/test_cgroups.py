@@ -24,7 +24,6 @@ from engine_fixtures.isolation.cgroups import (
     parse_cpu_max,
     probe_quota_support,
     quota_along,
-    v2_sandbox_parent,
 )
 
 BUSY = (sys.executable, "-c", "while True: pass")
@@ -306,28 +305,6 @@ def test_exit_kills_grandchildren_in_other_sessions(cgroup_support: str | None) 
     stat = Path(f"/proc/{orphan}/stat")
     assert not stat.exists() or stat.read_text().split()[2] == "Z"  # dead (PID 1 may reap it late)
     assert not any(p.exists() for p in q.paths)
-
-
-# --- where a v2 sandbox may live (fake trees) -------------------------------------------------------
-
-def _v2_dir(path: Path, controllers: str, subtree: str) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "cgroup.controllers").write_text(controllers + "\n")
-    (path / "cgroup.subtree_control").write_text(subtree + "\n")
-    return path
-
-
-def test_v2_sandbox_parent(tmp_path: Path) -> None:
-    top = _v2_dir(tmp_path, "cpuset cpu io memory pids", "cpu memory")
-    assert v2_sandbox_parent(top, top) == top  # the root cgroup may hold processes and children
-    handed_cpu = _v2_dir(tmp_path / "svc" / "leaf", "cpu memory", "")
-    assert v2_sandbox_parent(handed_cpu, top) == tmp_path / "svc"  # a sibling of our own cgroup
-    # /process_api delegates only memory (the H200 layout); the delegating top has no writable
-    # cgroup.procs here, so no ancestor can take the sandbox (test_cgroup_v2_ancestor covers the case
-    # where it can).
-    memory_only = _v2_dir(tmp_path / "process_api" / "abc", "memory", "")
-    assert v2_sandbox_parent(memory_only, top) is None
-    assert v2_sandbox_parent(_v2_dir(tmp_path / "novc", "memory", ""), tmp_path / "novc") is None
 
 
 def test_v1_without_cpuacct_refuses_to_report_zero_usage(tmp_path: Path) -> None:

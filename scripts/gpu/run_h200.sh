@@ -23,7 +23,10 @@ BT=/tmp/perf-bt-$SHAPE; rm -rf "$BT"
 ARGS=(-p engine_fixtures.plugin -p engine_fixtures.fixtures perf_tests/engine/test_gpu_arms.py -rA -v
       --basetemp "$BT" --junitxml "$OUTD/junit.xml" --perf-model-shape "$SHAPE" --perf-repeats "${PERF_REPEATS:-2}"
       --perf-engine-timeout 420 --perf-results-dir "$OUTD/results" --perf-baseline-dir "$OUTD/baselines"
-      --perf-update-baselines --perf-cpu-quota "${PERF_CPU_QUOTA:-auto}")
+      --perf-update-baselines --perf-cpu-quota "${PERF_CPU_QUOTA:-auto}"
+      --perf-cgroup-parent "${PERF_CGROUP_PARENT:-/sys/fs/cgroup}")
+# The device runs each command in /process_api/<id>, a v2 leaf without the cpu controller (only the root hands it
+# down): the suite refuses to put sandboxes above its own cgroup unless told, and here that is accepted explicitly.
 [ -n "$KEXPR" ] && ARGS+=(-k "$KEXPR")
 python3 -m pytest "${ARGS[@]}" 2>&1 | tee "$OUTD/pytest.log"
 RC=${PIPESTATUS[0]}

@@ -1,0 +1,130 @@
+"""Recovery after the runner itself is killed: SIGKILL a pytest run while its engine runs under a quota; the next
+run finds what was left, removes it, says so in one line, and leaves a concurrent live run's objects alone.
+
+Real on the CPU box: a pytest subprocess starts the stub engine through the EngineFactory inside a CpuQuota
+(cgroup v1 here, or a fake v2 tree under --perf-cgroup-parent), with an SGLang-named /dev/shm pool, and holds
+an atomic results write half done when it is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from engine_fixtures.isolation import owner
+from engine_fixtures.isolation.leaks import SHM_DIR
+from engine_fixtures.isolation.signals import sigkill_and_wait
+
+pytest_plugins = ("pytester",)
+
+KILLED = """
+import json, os, threading
+from pathlib import Path
+from engine_fixtures.engine.factory import EngineFactory
+from engine_fixtures.engine.spec import EngineSpec
+from engine_fixtures.model.modeldir import write_model_dir
+from engine_fixtures.store.files import atomic_writer
+
+def test_engine_under_a_quota_until_the_runner_is_killed(tmp_path, perf_settings):
+    model = write_model_dir(tmp_path / "m" / "qwen-tiny", "tiny")
+    factory = EngineFactory(tmp_path / "engines", 60.0)
+    spec = EngineSpec(model, launcher=("-m", "engine_fixtures.testing.stub_engine"), name="recover", proof=False,
+                      cpu_quota=0.5, extra_args=("--stub-shm-mb", "1"))
+    h = factory.get(spec)
+    pool = next(n for n in os.listdir("/dev/shm") if n.startswith("sgl_shm_stub_") and n in h.log_tail())
+    tree = sorted({h.pid, *(p for pids in h.pids().values() for p in pids)})
+    with atomic_writer(perf_settings.results_dir / "results-partial.json") as fh:
+        fh.write('{"partial": ')
+        fh.flush()
+        Path(READY_PATH).write_text(json.dumps({"tree": tree, "cgroups": [str(p) for p in h.quota.paths],
+                                               "pool": pool}))
+        threading.Event().wait()  # the job is cancelled here: SIGKILL
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_for(condition, proc: subprocess.Popen, log: Path, deadline_s: float = 120.0) -> None:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + deadline_s
+    while not condition():
+        assert proc.poll() is None, f"run exited with {proc.returncode}:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < end, f"not ready within {deadline_s} s:\n{log.read_text()[-3000:]}"
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.1)
+
+
+def fake_v2(root: Path) -> Path:
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpu io memory\n")
+    (root / "cgroup.subtree_control").write_text("cpu\n")
+    return root
+
+
+@pytest.mark.parametrize("tree", [pytest.param("v1", marks=pytest.mark.cgroup), "fake-v2"])
+def test_next_run_removes_what_the_killed_run_left(pytester: pytest.Pytester, tmp_path: Path, tree: str) -> None:
+    state, results, ready = tmp_path / "state", tmp_path / "results", tmp_path / "ready.json"
+    args = ["--perf-state-dir", str(state), "--perf-results-dir", str(results)]
+    if tree == "fake-v2":
+        args += ["--perf-cgroup-parent", str(fake_v2(tmp_path / "v2"))]
+    killed_test = pytester.makepyfile(test_killed=KILLED.replace("READY_PATH", repr(str(ready))))
+    log1 = tmp_path / "run1.log"
+    with open(log1, "w") as out:
+        run1 = pytester.popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(killed_test), *args],
+                              stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    wait_for(ready.exists, run1, log1)
+    facts = json.loads(ready.read_text())
+    token = owner.RunOwner.of_pid(run1.pid)
+    assert token is not None
+    bystander = subprocess.Popen([sys.executable, "-m", "engine_fixtures.testing.holder_run", "--results",
+                                  str(results), "--state", str(state), "--ready", str(tmp_path / "live.json"),
+                                  "--quota", "0.5", *(["--cgroup-parent", args[-1]] if tree == "fake-v2" else [])])
+    try:
+        wait_for((tmp_path / "live.json").exists, bystander, log1)
+        live = json.loads((tmp_path / "live.json").read_text())
+
+        run1.send_signal(signal.SIGKILL)  # the job is cancelled
+        assert run1.wait(timeout=30) == -signal.SIGKILL
+        temps = [p for p in results.iterdir() if p.name.startswith(f".results-partial.json.{token.token}.")]
+        assert len(temps) == 1
+        assert all(alive(p) for p in facts["tree"]), "the engine tree outlives its killed runner"
+        assert all(Path(p).is_dir() for p in facts["cgroups"])
+        assert (SHM_DIR / facts["pool"]).exists()
+        assert (state / "runs" / f"{token.token}.json").exists()
+
+        run2 = pytester.runpytest_subprocess(*args, pytester.makepyfile(test_next="def test_next():\n    pass\n"))
+        run2.assert_outcomes(passed=1)
+        line = [x for x in run2.outlines if x.startswith("perf sweep:")]
+        assert len(line) == 1, run2.outlines
+        assert re.fullmatch(
+            rf"perf sweep: removed what 1 dead run \(run pid {run1.pid} \(started .* UTC\)\) left: "
+            rf"{len(facts['tree'])} processes, 1 cgroup sandbox, 1 /dev/shm segment, 1 half-written file",
+            line[0]), line[0]
+        assert not any(alive(p) for p in facts["tree"])
+        assert not any(Path(p).exists() for p in facts["cgroups"])
+        assert not (SHM_DIR / facts["pool"]).exists()
+        assert not temps[0].exists()
+        assert not (state / "runs" / f"{token.token}.json").exists()
+        # The concurrent live run keeps everything it owns.
+        assert alive(live["child"])
+        assert all(Path(p).is_dir() for p in live["cgroups"])
+        assert (SHM_DIR / live["segment"]).exists()
+        assert (results / live["temp"]).exists()
+    finally:
+        run1.kill()
+        run1.wait(timeout=30)
+        bystander.send_signal(signal.SIGTERM)
+        bystander.wait(timeout=60)
+        sigkill_and_wait(facts["tree"] if ready.exists() else [], 10)

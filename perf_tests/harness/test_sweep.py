@@ -1,0 +1,212 @@
+"""sweep.py: a killed run's process tree, sandbox, segments and half-written files go; a live run's stay.
+
+The runs here are real (``engine_fixtures.testing.holder_run``): a supervised child inside a real CpuQuota
+(cgroup v1 on the CPU box, or a fake v2 tree under --perf-cgroup-parent) mapping an SGLang-named segment,
+and an atomic write left half done. The kill is SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from engine_fixtures.engine.factory import ENGINE_SHM_PREFIXES
+from engine_fixtures.isolation import owner, run_registry
+from engine_fixtures.isolation.leaks import SHM_DIR
+from engine_fixtures.isolation.signals import sigkill_and_wait
+from engine_fixtures.isolation.sweep import sweep
+from engine_fixtures.store.files import atomic_write_text
+
+READY_S = 60.0
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+class Holder:
+    """One holder run: its process and what it reported holding."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], facts: dict) -> None:
+        self.proc = proc
+        self.facts = facts
+
+    @property
+    def token(self) -> str:
+        return str(self.facts["token"])
+
+    def things(self, results: Path) -> dict[str, bool]:
+        """Which of its objects still exist."""
+        return {"child": not gone(self.facts["child"]),
+                "cgroups": any(Path(p).exists() for p in self.facts["cgroups"]),
+                "segment": (SHM_DIR / self.facts["segment"]).exists(),
+                "temp": (results / self.facts["temp"]).exists(),
+                "record": Path(self.facts["record"]).exists()}
+
+
+@pytest.fixture
+def holders(tmp_path: Path) -> Iterator:
+    started: list[Holder] = []
+
+    def start(results: Path, state: Path, *extra: str) -> Holder:
+        ready = tmp_path / f"ready-{len(started)}.json"
+        proc = subprocess.Popen([sys.executable, "-m", "engine_fixtures.testing.holder_run", "--results",
+                                 str(results), "--state", str(state), "--ready", str(ready), *extra],
+                                stderr=subprocess.PIPE)
+        end = time.monotonic() + READY_S
+        while not ready.exists():
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < end, f"holder run not ready within {READY_S} s"
+            with pytest.raises(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.1)
+        holder = Holder(proc, json.loads(ready.read_text()))
+        started.append(holder)
+        return holder
+
+    yield start
+    for h in started:  # a clean stop for the ones the test left alive
+        if h.proc.poll() is None:
+            h.proc.send_signal(signal.SIGTERM)
+            h.proc.wait(timeout=30)
+        sigkill_and_wait([h.facts["child"]], 10)
+        if h.proc.stderr:
+            h.proc.stderr.close()
+
+
+def _kill(h: Holder) -> None:
+    h.proc.kill()
+    assert h.proc.wait(timeout=30) == -signal.SIGKILL
+
+
+@pytest.mark.cgroup
+def test_killed_runs_leftovers_go_and_a_live_runs_stay(tmp_path: Path, holders, cgroup_support) -> None:
+    results, state = tmp_path / "results", tmp_path / "state"
+    results.mkdir()
+    dead = holders(results, state, "--quota", "0.5")
+    live = holders(results, state, "--quota", "0.5")
+    _kill(dead)
+    assert all(dead.things(results).values()), dead.things(results)  # the kill left everything behind
+
+    report = sweep(results, state, ENGINE_SHM_PREFIXES)
+
+    assert [r.token for r in report.runs] == [dead.token]
+    assert dead.facts["child"] in report.processes
+    assert report.cgroups == (Path(dead.facts["cgroups"][0]).name,)  # one sandbox, in cpu and cpuacct
+    assert report.shm == (dead.facts["segment"],)
+    assert report.files == (str(results / dead.facts["temp"]),)
+    assert not any(dead.things(results).values()), dead.things(results)
+    assert all(live.things(results).values()), live.things(results)  # the live run is never touched
+    assert re.fullmatch(rf"perf sweep: removed what 1 dead run \(run pid {dead.proc.pid} \(started .* UTC\)\) "
+                        r"left: \d+ process(es)?, 1 cgroup sandbox, 1 /dev/shm segment, 1 half-written file",
+                        report.line()), report.line()
+    assert not sweep(results, state, ENGINE_SHM_PREFIXES)  # nothing twice
+
+
+def _fake_v2(root: Path) -> Path:
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpu io memory\n")
+    (root / "cgroup.subtree_control").write_text("cpu\n")
+    return root
+
+
+def test_killed_runs_sandbox_in_a_fake_v2_tree_goes(tmp_path: Path, holders) -> None:
+    results, state, v2 = tmp_path / "results", tmp_path / "state", _fake_v2(tmp_path / "v2")
+    results.mkdir()
+    dead = holders(results, state, "--quota", "0.5", "--cgroup-parent", str(v2))
+    (sandbox,) = [Path(p) for p in dead.facts["cgroups"]]
+    assert sandbox.parent == v2
+    assert (sandbox / "cpu.max").read_text() == "50000 100000"
+    assert (sandbox / "cgroup.procs").read_text() == str(dead.facts["child"])  # the child joined before exec
+    _kill(dead)
+    report = sweep(results, state, ENGINE_SHM_PREFIXES, cgroup_roots=(v2,))
+    assert report.cgroups == (sandbox.name,)
+    assert not any(dead.things(results).values()), dead.things(results)
+
+
+def _until_clock_passes(t: float) -> None:
+    while (left := t - time.time()) > 0:
+        threading.Event().wait(left)
+
+
+SWEEP_AS_NEW_RUN = """
+import json, sys
+from pathlib import Path
+from engine_fixtures.isolation import owner
+from engine_fixtures.isolation.sweep import sweep
+from engine_fixtures.store.files import atomic_write_text
+owner.claim()
+r = sweep(None, Path(sys.argv[1]), ("sgl_shm_",))
+print(json.dumps({"shm": r.shm, "kept": r.kept}))
+"""
+
+
+def test_ownerless_engine_segment_goes_only_when_no_live_run_could_own_it(tmp_path: Path) -> None:
+    state = run_registry.state_dir(tmp_path / "state")
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead = owner.RunOwner.of_pid(exited.pid)
+    exited.wait(timeout=30)
+    assert dead is not None
+    record = {"pid": dead.pid, "start_cs": dead.start_cs, "started": "", "command": "pytest", "cwd": "/",
+              "results_dir": str(tmp_path)}
+    (state / "runs" / f"{dead.token}.json").write_text(json.dumps(record))
+    name = f"sgl_shm_sweeptest_{os.getpid()}"
+    (SHM_DIR / name).write_bytes(b"x")  # unheld, made after the dead run started
+    # A process's start time is counted from the boot time in whole seconds: up to 1 s early on the wall clock.
+    _until_clock_passes((SHM_DIR / name).stat().st_ctime + 1.05)
+    try:
+        me = owner.current()  # this pytest run is alive and started before the segment: it may own it
+        (state / "runs" / f"{me.token}.json").write_text(json.dumps({**record, "pid": me.pid,
+                                                                      "start_cs": me.start_cs}))
+        out = json.loads(subprocess.run([sys.executable, "-c", SWEEP_AS_NEW_RUN, str(state)], check=True,
+                                        capture_output=True, text=True, timeout=60).stdout)
+        assert out["shm"] == []
+        assert "engine /dev/shm segment(s) with no owner" in out["kept"]
+        assert (SHM_DIR / name).exists()
+        (state / "runs" / f"{me.token}.json").unlink()  # no live run left: only the dead one can have made it
+        out = json.loads(subprocess.run([sys.executable, "-c", SWEEP_AS_NEW_RUN, str(state)], check=True,
+                                        capture_output=True, text=True, timeout=60).stdout)
+        if "SGLang process" in out["kept"]:  # another suite on this box runs an SGLang-titled process right now
+            pytest.skip(f"cannot show the removal while {out['kept'].rsplit(', as ', 1)[-1]}")
+        assert name in out["shm"], out
+        assert not (SHM_DIR / name).exists()
+    finally:
+        (SHM_DIR / name).unlink(missing_ok=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs: needs root")
+def test_a_full_disk_never_stops_a_run_nor_leaves_a_torn_file(tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True, timeout=30)
+    try:
+        run_registry.state_dir(disk / "state")
+        (disk / "results").mkdir()
+        (disk / "results" / "results.json").write_text("old")
+        with open(disk / "filler", "wb", buffering=0) as fh, contextlib.suppress(OSError):
+            while True:  # until ENOSPC: every block left is taken
+                fh.write(b"\0" * 4096)
+        path, why = run_registry.register(disk / "state", disk / "results")
+        assert path is None
+        assert "could not record this run" in why
+        assert "No space left on device" in why
+        with pytest.raises(OSError, match="No space left"):
+            atomic_write_text(disk / "results" / "results.json", "x" * (64 << 10))
+        assert (disk / "results" / "results.json").read_text() == "old"  # the old file, never a torn one
+        assert [p.name for p in (disk / "results").iterdir()] == ["results.json"]  # no temp file left
+    finally:
+        subprocess.run(["umount", str(disk)], check=True, timeout=30)
