@@ -83,7 +83,7 @@ def pairs(factory: EngineFactory, model: Path, ref_ms: float, cand_ms: float):  
 
 
 def test_ab_catches_a_slower_build_and_passes_an_identical_one(model: Path, factory: EngineFactory) -> None:
-    settings = Settings(repeats=3, max_repeats=6, window_requests=16)
+    settings = Settings(repeats=3, max_repeats=4, window_requests=16)
     out = measure_ab(pairs(factory, model, 4.0, 6.0), SCENARIO, settings)
     by = {v.metric: v for v in out.verdicts}
     assert by["tpot_p50_ms"].status == "regression"

@@ -28,7 +28,9 @@ def test_arm(scenario, perf_engine, monkeypatch):
     perf_engine(scenario)
 
 def test_invariant(perf_invariant):
-    perf_invariant.check(Invariant("slow >= 0.5x fast", "requests_per_s", "fast", "slow", 0.5, paired=False))
+    # Plumbing, not the stub's speed: both arms run the same stub, and the Welch interval of 3 windows per arm on a
+    # busy 2-core box reached 0.43x-2.0x, so 0.5x was once undecided; 0.2x is decided at any load seen.
+    perf_invariant.check(Invariant("slow >= 0.2x fast", "requests_per_s", "fast", "slow", 0.2, paired=False))
 """
 
 
@@ -41,7 +43,7 @@ def suite(pytester: pytest.Pytester, tmp_path: Path) -> pytest.Pytester:
 def run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
     return p.runpytest_subprocess(
         "-rs", "-p", "no:cacheprovider", "--perf-baseline-dir", str(p.path / "bl"), "--perf-results-dir",
-        str(p.path / "out"), "--perf-model-shape", "tiny", "--perf-repeats", "3", "--perf-max-repeats", "6",
+        str(p.path / "out"), "--perf-model-shape", "tiny", "--perf-repeats", "3", "--perf-max-repeats", "4",
         "--perf-window-requests", "12", "--perf-strict", "no", "--perf-cpu-quota", "none", *args, timeout=600)
 
 
