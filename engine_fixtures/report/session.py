@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -108,9 +108,7 @@ class PerfSession:
     def write_baselines(self, results: ResultsFile) -> list[Path]:
         """Add this run to each scenario's pool, guarded (``store.update``); says what it did and refused."""
         latest = {r.scenario: r for r in results.results}  # a scenario measured twice: the last result is the run
-        run = ResultsFile(tuple(latest.values()), results.machine_key, results.machine, results.suite_commit,
-                          results.date, results.command, results.versions, results.run_id, results.verdicts,
-                          results.injection, results.reference)
+        run = replace(results, results=tuple(latest.values()))
         plans = plan_update(self.store, [run], accept=self.settings.accept)
         for plan in plans:
             self.update_lines += describe(plan)
