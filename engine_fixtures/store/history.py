@@ -31,7 +31,7 @@ from engine_fixtures.store.history_db import HistoryError, connect, ensure_schem
 from engine_fixtures.store.history_schema import metrics, results, run_labels, runs, samples
 from engine_fixtures.store.results import RESULTS_FORMAT_VERSION, ResultsFile, RunResult
 
-__all__ = ["HistoryError", "HistoryStore", "RunSummary", "SeriesPoint", "parse_date"]
+__all__ = ["HistoryError", "HistoryStore", "RunSummary", "SeriesPoint", "parse_date", "series_of", "upgrade"]
 
 BAD = ("regression", "inconclusive")
 CHUNK = 500  # ids per IN (...) list when reading runs back
@@ -93,10 +93,16 @@ class HistoryStore:
         self.url = url
 
     @classmethod
-    def open(cls, option: str | None, results_dir: Path) -> HistoryStore | None:
+    def open(cls, option: str | None, results_dir: Path, *, create: bool = True) -> HistoryStore | None:
+        """The store at ``--perf-history-url`` (None for 'none'); ``create=False``: a missing SQLite file is an
+        error, not a new empty history (for commands that only read)."""
         url = resolve_url(option, results_dir)
         if url is None:
             return None
+        if not create and url.get_backend_name() == "sqlite" and not Path(url.database).exists():
+            raise HistoryError(f"there is no run history at {url.database} ({history_db.OPTION}); a suite run "
+                               "writes one there, `perf-baseline import DIR` fills it from results files, or "
+                               "--history-url names another")
         return cls.at(url)
 
     @classmethod
@@ -277,11 +283,12 @@ class HistoryStore:
             names = conn.execute(q).scalars().all()
         return sorted(n for n in names if pattern is None or fnmatch.fnmatchcase(n, pattern))
 
-    def series(self, pattern: str | None = None, metric: str | None = None,
-               machine_key: str | None = None) -> dict[tuple[str, str, str], list[SeriesPoint]]:
+    def series(self, pattern: str | None = None, metric: str | None = None, machine_key: str | None = None,
+               scenarios: Sequence[str] | None = None, last: int | None = None
+               ) -> dict[tuple[str, str, str], list[SeriesPoint]]:
         """Per (machine key, scenario, metric): one point per run, oldest first (a scenario measured twice in a
-        run: its last result)."""
-        names = self.scenarios(pattern, machine_key)
+        run: its last result); ``scenarios`` exact ids instead of a glob, ``last`` the newest N runs only."""
+        names = list(scenarios) if scenarios is not None else self.scenarios(pattern, machine_key)
         q = (sa.select(runs.c.run_id, runs.c.date, runs.c.measured_at, runs.c.machine_key, runs.c.injection,
                        runs.c.reference, results.c.scenario, results.c.position, results.c.outcome, metrics.c.name,
                        metrics.c.status, samples.c.window_index, samples.c.value)
@@ -313,7 +320,8 @@ class HistoryStore:
                 r = rows[0]
                 pts.append(SeriesPoint(run_id, r.date, r.machine_key, r.scenario, r.name,
                                        tuple(x.value for x in rows), r.status, r.outcome, r.injection, r.reference))
-            out[key] = sorted(pts, key=lambda p: (parse_date(p.date), p.run_id))
+            pts = sorted(pts, key=lambda p: (parse_date(p.date), p.run_id))
+            out[key] = pts[-last:] if last else pts
         return out
 
     def clean_candidates(self, machine_key: str, k: int, pattern: str | None = None) -> dict[str, list[str]]:
@@ -350,3 +358,21 @@ def upgrade(option: str | None, results_dir: Path) -> tuple[str | None, str]:
         return history_db.upgrade(engine, url)
     finally:
         engine.dispose()
+
+
+def series_of(files: Sequence[ResultsFile], pattern: str | None = None,
+              metric: str | None = None) -> dict[tuple[str, str, str], list[SeriesPoint]]:
+    """``HistoryStore.series`` over results files instead of a store (``perf-baseline history --from DIR``)."""
+    out: dict[tuple[str, str, str], list[SeriesPoint]] = {}
+    for rf in sorted(files, key=lambda f: (parse_date(f.date), f.run_id)):
+        latest = {r.scenario: r for r in rf.results}
+        for scenario, r in sorted(latest.items()):
+            if pattern is not None and not fnmatch.fnmatchcase(scenario, pattern):
+                continue
+            statuses = rf.verdicts.get(scenario, {})
+            for name, values in r.samples.items():
+                if metric is None or name == metric:
+                    out.setdefault((rf.machine_key, scenario, name), []).append(SeriesPoint(
+                        rf.run_id, rf.date, rf.machine_key, scenario, name, tuple(values),
+                        statuses.get(name, "unjudged"), rf.outcome(scenario), rf.injection, rf.reference))
+    return dict(sorted(out.items()))

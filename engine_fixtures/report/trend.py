@@ -1,0 +1,164 @@
+"""Trends over the run history: each run's level of a metric, its change points, one picture per scenario.
+
+``trend(points)`` turns a series of ``SeriesPoint`` (one per run, oldest first) into per-run levels on the
+metric's judged scale (the mean of the log windows for ratio-like metrics, as the judge sees them) and the
+change points ``judge.changepoint`` finds in them. ``figure(trends, title)`` draws one panel per metric:
+
+- x: the runs in order (evenly spaced; ticks say the date), so a burst of runs on one day stays readable;
+- a dot per run at the median of its windows, a bar from its fastest to its slowest window; the dot's
+  colour is the run's verdict on that metric (the HTML report's colours), a hollow dot a run measured with an
+  injected fault or against an A/B reference (never a baseline);
+- a flat line per regime between change points at its level, and at each change point a dashed line labelled
+  with the change (-18%) and its p-value; the panel title says whether higher or lower is better.
+
+``write_png(fig, path)`` saves it (Agg, no pyplot state); ``run_trends(store, results)`` gives the HTML report
+one such picture per scenario of a run, over that machine key's newest runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from engine_fixtures.judge import changepoint
+from engine_fixtures.judge.changepoint import ChangePoint
+from engine_fixtures.judge.metrics import metric
+from engine_fixtures.store.history import HistoryStore, SeriesPoint
+from engine_fixtures.store.history import parse_date as _parse_date
+from engine_fixtures.store.results import ResultsFile
+
+HEADLINE = ("requests_per_s", "copy_per_s", "ttft_p50_ms", "tpot_p50_ms", "latency_p50_ms", "output_tokens_per_s",
+            "ipc_opens_per_image", "rebuild_ms_per_image")
+COLOURS = {"regression": "tab:red", "inconclusive": "goldenrod", "improvement": "tab:purple", "pass": "tab:green",
+           "no-baseline": "tab:gray", "report-only": "steelblue", "unjudged": "steelblue"}
+
+
+@dataclass(frozen=True)
+class Trend:
+    metric: str
+    points: tuple[SeriesPoint, ...]
+    levels: tuple[float, ...]  # on the judged scale
+    changes: tuple[ChangePoint, ...]
+
+    def value(self, level: float) -> float:
+        """A judged-scale level back in the metric's unit."""
+        return math.exp(level) if metric(self.metric).scale.name == "log" else level
+
+    def relative(self, cp: ChangePoint) -> float:
+        before, after = self.value(cp.before_mean), self.value(cp.after_mean)
+        return (after - before) / abs(before) if before else float("inf")
+
+
+def trend(points: Sequence[SeriesPoint], alpha: float = 0.01, permutations: int = 999) -> Trend:
+    m = metric(points[0].metric)
+    levels = tuple(float(np.mean(m.scale.forward(p.values))) for p in points)
+    changes = tuple(changepoint.detect(levels, alpha=alpha, permutations=permutations)) if len(levels) >= 4 else ()
+    return Trend(m.name, tuple(points), levels, changes)
+
+
+def summary(t: Trend) -> str:
+    """One line: the change points, or that the runs are one regime."""
+    if len(t.points) < 4:
+        return f"{len(t.points)} run(s): too few to look for a change"
+    if not t.changes:
+        return f"no change point in {len(t.points)} runs"
+    return "; ".join(f"{t.relative(cp):+.1%} from run {cp.index + 1}" for cp in t.changes)
+
+
+def headline(names: Sequence[str], limit: int = 3) -> list[str]:
+    """The metrics worth a trend panel: the headline ones present, else the first judged ones."""
+    present = [n for n in HEADLINE if n in names]
+    if not present:
+        present = [n for n in sorted(names) if metric(n).judged]
+    return present[:limit]
+
+
+def _ticks(points: Sequence[SeriesPoint]) -> list[str]:
+    out, last_day = [], ""
+    for p in points:
+        when = _parse_date(p.date)
+        day = when.strftime("%Y-%m-%d")
+        out.append(when.strftime("%H:%M") if day == last_day else when.strftime("%m-%d\n%H:%M"))
+        last_day = day
+    return out
+
+
+def _panel(ax, t: Trend) -> None:
+    m = metric(t.metric)
+    xs = np.arange(len(t.points))
+    med = [float(np.median(p.values)) for p in t.points]
+    lo = [med[i] - min(p.values) for i, p in enumerate(t.points)]
+    hi = [max(p.values) - med[i] for i, p in enumerate(t.points)]
+    ax.errorbar(xs, med, yerr=[lo, hi], fmt="none", ecolor="0.6", elinewidth=1, capsize=2, zorder=1)
+    for x, y, p in zip(xs, med, t.points, strict=True):
+        colour = COLOURS.get(p.status, "steelblue")
+        hollow = bool(p.injection or p.reference)
+        ax.scatter([x], [y], s=36, zorder=3, edgecolors=colour, linewidths=1.5,
+                   facecolors="white" if hollow else colour)
+    bounds = [0, *(cp.index for cp in t.changes), len(t.points)]
+    for a, b in pairwise(bounds):
+        level = t.value(float(np.mean(t.levels[a:b])))
+        ax.hlines(level, a - 0.4, b - 0.6, colors="black", linewidth=1.5, zorder=2)
+        ax.annotate(f"{level:.4g}", xy=(b - 0.6, level), xytext=(2, 2), textcoords="offset points", fontsize=7)
+    for cp in t.changes:
+        ax.axvline(cp.index - 0.5, color="tab:red", linestyle="--", linewidth=1)
+        ax.annotate(f"{t.relative(cp):+.1%}\np={cp.p_value:.3f}", xy=(cp.index - 0.5, 1.0),
+                    xycoords=("data", "axes fraction"), xytext=(3, -3), textcoords="offset points",
+                    va="top", fontsize=8, color="tab:red")
+    better = {"higher": "higher is better", "lower": "lower is better"}.get(m.direction, "")
+    ax.set_title(f"{t.metric} ({m.unit}; {better})" if better else f"{t.metric} ({m.unit})", fontsize=9, loc="left")
+    ax.set_title(summary(t), fontsize=8, loc="right", color="tab:red" if t.changes else "0.3")
+    ax.set_xlim(-0.6, len(t.points) - 0.4)
+    ax.grid(axis="y", color="0.9")
+    ax.tick_params(labelsize=7)
+
+
+def figure(trends: Sequence[Trend], title: str, subtitle: str = "") -> Figure:
+    """One panel per trend, sharing the run axis when they share the runs."""
+    fig = Figure(figsize=(8, 1.2 + 2.3 * len(trends)), layout="constrained")
+    axes = fig.subplots(len(trends), 1, squeeze=False)[:, 0]
+    for ax, t in zip(axes, trends, strict=True):
+        _panel(ax, t)
+        ax.set_xticks(np.arange(len(t.points)), _ticks(t.points))
+    fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=9)
+    legend = [("pass", "pass"), ("regression", "regression"), ("inconclusive", "inconclusive"),
+              ("no-baseline", "no baseline"), ("unjudged", "not judged")]
+    handles = [axes[0].scatter([], [], color=COLOURS[k], s=30, label=label) for k, label in legend]
+    handles.append(axes[0].scatter([], [], facecolors="white", edgecolors="0.3", s=30, label="injected / A-B run"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=6, fontsize=7, frameon=False)
+    return fig
+
+
+def write_png(fig: Figure, path: Path, dpi: int = 110) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=dpi)
+    return path
+
+
+def run_trends(store: HistoryStore, rf: ResultsFile, last: int = 30) -> list[tuple[str, Figure]]:
+    """For the HTML report: per scenario of this run, its headline metrics over the newest ``last`` runs of this
+    machine key in the store (scenarios with a single run have no trend yet)."""
+    scenarios = sorted({r.scenario for r in rf.results})
+    series = store.series(machine_key=rf.machine_key, scenarios=scenarios, last=last)
+    out = []
+    for (key, scenario), names in sorted(by_scenario(series).items()):
+        chosen = [n for n in headline(names) if len(series[(key, scenario, n)]) >= 2]
+        if chosen:
+            ts = [trend(series[(key, scenario, n)]) for n in chosen]
+            out.append((scenario, figure(ts, scenario, f"the newest {len(ts[0].points)} runs of {key}")))
+    return out
+
+
+def by_scenario(series: Mapping[tuple[str, str, str], Sequence[SeriesPoint]]) -> dict[tuple[str, str], list[str]]:
+    """(machine key, scenario) -> its metric names in the series."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for key, scenario, name in series:
+        out.setdefault((key, scenario), []).append(name)
+    return out
