@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,6 +206,16 @@ def add_ini(parser: pytest.Parser) -> None:
 class Resolved:
     value: Any
     source: str  # "default", "ini perf_x", "PERF_X environment variable", "--perf-x", "marker m(x=...)"
+
+
+def display(value: Any) -> str:
+    """``repr`` of an option's value for headers and messages, a URL's password masked."""
+    return mask_password(repr(value))
+
+
+def mask_password(text: str) -> str:
+    """``scheme://user:PASSWORD@host`` -> ``scheme://user:***@host`` (a history URL comes from a secret)."""
+    return re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", text)
 
 
 def _parse(opt: Option, raw: Any, where: str) -> Any:

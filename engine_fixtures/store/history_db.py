@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +29,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from engine_fixtures.errors import PerfError
+from engine_fixtures.options import mask_password
 from engine_fixtures.store.history_schema import SCHEMA_REVISION
 
 OPTION = "--perf-history-url (PERF_HISTORY_URL)"
@@ -50,7 +50,7 @@ def shown(url: URL | str) -> str:
     """The URL as it may appear in a message or a log: the password masked."""
     if isinstance(url, URL):
         return url.render_as_string(hide_password=True)
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+    return mask_password(url)
 
 
 def resolve_url(option: str | None, results_dir: Path) -> URL | None:
