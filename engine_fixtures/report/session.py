@@ -33,7 +33,6 @@ from engine_fixtures.options import SETTINGS_KEY, Settings
 from engine_fixtures.report.table import Row, markdown, rows_for, terminal_table
 from engine_fixtures.store.baselines import UPDATE_HINT, BaselineStore
 from engine_fixtures.store.files import atomic_write_text
-from engine_fixtures.store.history import HistoryStore, shown
 from engine_fixtures.store.results import ResultsFile, RunResult
 from engine_fixtures.store.runmeta import run_metadata, runner
 from engine_fixtures.store.update import apply, describe, plan_update
@@ -130,6 +129,8 @@ class PerfSession:
         stamp = meta["date"].replace(":", "").replace("+0000", "Z")
         results = self.results_file(meta)
         results_path = out / f"results-{stamp}.json"
+        if results_path.exists():  # two runs in one second: never overwrite the other run's artifact
+            results_path = out / f"results-{stamp}-{self.run_token}.json"
         atomic_write_text(results_path, results.dumps())
         trends = self.write_history(results, results_path)  # after the JSON: a database failure never loses it
         md = markdown(self.rows(), self.notes())
@@ -150,6 +151,7 @@ class PerfSession:
         """Append this run to the run history (``--perf-history-url``); returns the HTML report's trend plots.
         A history that cannot be opened or written is an error line with the fix, never a lost results file."""
         from engine_fixtures.report.trend import run_trends  # matplotlib only when there is a report
+        from engine_fixtures.store.history import HistoryStore, shown  # SQLAlchemy only when there is a run
 
         try:
             store = HistoryStore.open(self.settings.history_url, self.settings.results_dir)

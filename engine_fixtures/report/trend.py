@@ -146,7 +146,9 @@ def run_trends(store: HistoryStore, rf: ResultsFile, last: int = 30) -> list[tup
     """For the HTML report: per scenario of this run, its headline metrics over the newest ``last`` runs of this
     machine key in the store (scenarios with a single run have no trend yet)."""
     scenarios = sorted({r.scenario for r in rf.results})
-    series = store.series(machine_key=rf.machine_key, scenarios=scenarios, last=last)
+    present = sorted({n for r in rf.results for n in r.samples})
+    wanted = headline(present, limit=len(HEADLINE))
+    series = store.series(metric=wanted, machine_key=rf.machine_key, scenarios=scenarios, last=last)
     out = []
     for (key, scenario), names in sorted(by_scenario(series).items()):
         chosen = [n for n in headline(names) if len(series[(key, scenario, n)]) >= 2]

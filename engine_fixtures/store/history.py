@@ -239,9 +239,8 @@ class HistoryStore:
         by_run: dict[int, list[Any]] = {}
         for r in res_rows:
             by_run.setdefault(r["run_pk"], []).append(r)
-        out = [self._results_file(r, by_run.get(r["id"], []), per_metric, labels.get(r["id"], []))
-               for r in run_rows]
-        return sorted(out, key=lambda f: (parse_date(f.date), f.run_id))
+        return [self._results_file(r, by_run.get(r["id"], []), per_metric, labels.get(r["id"], []))
+                for r in sorted(run_rows, key=lambda r: (r["measured_at"], r["id"]))]
 
     @staticmethod
     def _metrics(conn: sa.Connection, result_pks: Sequence[int]) -> dict[int, dict[str, Any]]:
@@ -283,30 +282,38 @@ class HistoryStore:
             names = conn.execute(q).scalars().all()
         return sorted(n for n in names if pattern is None or fnmatch.fnmatchcase(n, pattern))
 
-    def series(self, pattern: str | None = None, metric: str | None = None, machine_key: str | None = None,
-               scenarios: Sequence[str] | None = None, last: int | None = None
+    def series(self, pattern: str | None = None, metric: str | Sequence[str] | None = None,
+               machine_key: str | None = None, scenarios: Sequence[str] | None = None, last: int | None = None
                ) -> dict[tuple[str, str, str], list[SeriesPoint]]:
         """Per (machine key, scenario, metric): one point per run, oldest first (a scenario measured twice in a
-        run: its last result); ``scenarios`` exact ids instead of a glob, ``last`` the newest N runs only."""
+        run: its last result). ``scenarios``: exact ids instead of a glob; ``metric``: one name or several;
+        ``last``: only the newest N runs that measured any of the scenarios (selected in the database)."""
         names = list(scenarios) if scenarios is not None else self.scenarios(pattern, machine_key)
-        q = (sa.select(runs.c.run_id, runs.c.date, runs.c.measured_at, runs.c.machine_key, runs.c.injection,
-                       runs.c.reference, results.c.scenario, results.c.position, results.c.outcome, metrics.c.name,
-                       metrics.c.status, samples.c.window_index, samples.c.value)
+        q = (sa.select(runs.c.run_id, runs.c.date, runs.c.machine_key, runs.c.injection, runs.c.reference,
+                       results.c.scenario, results.c.position, results.c.outcome, metrics.c.name, metrics.c.status,
+                       samples.c.value)
              .select_from(runs.join(results, results.c.run_pk == runs.c.id)
                           .join(metrics, metrics.c.result_pk == results.c.id)
                           .join(samples, samples.c.metric_pk == metrics.c.id))
              .where(samples.c.warmup.is_(False))
              .order_by(runs.c.measured_at, runs.c.id, results.c.position, samples.c.window_index))
         if metric is not None:
-            q = q.where(metrics.c.name == metric)
+            q = q.where(metrics.c.name.in_([metric] if isinstance(metric, str) else list(metric)))
         if machine_key is not None:
             q = q.where(runs.c.machine_key == machine_key)
         points: dict[tuple[str, str, str], dict[str, tuple[int, list]]] = {}
         with translated(self.url, "read"), self.engine.connect() as conn:
             for chunk in _chunks(names):
-                for row in conn.execute(q.where(results.c.scenario.in_(chunk))):
-                    key = (row.machine_key, row.scenario, row.name)
-                    per_run = points.setdefault(key, {})
+                scoped = q.where(results.c.scenario.in_(chunk))
+                if last:
+                    newest = (sa.select(runs.c.id).select_from(runs.join(results, results.c.run_pk == runs.c.id))
+                              .where(results.c.scenario.in_(chunk)).group_by(runs.c.id, runs.c.measured_at)
+                              .order_by(runs.c.measured_at.desc(), runs.c.id.desc()).limit(last))
+                    if machine_key is not None:
+                        newest = newest.where(runs.c.machine_key == machine_key)
+                    scoped = scoped.where(runs.c.id.in_(sa.select(newest.subquery().c.id)))
+                for row in conn.execute(scoped):
+                    per_run = points.setdefault((row.machine_key, row.scenario, row.name), {})
                     pos, acc = per_run.get(row.run_id, (row.position, []))
                     if row.position > pos:  # a later result of the scenario in the same run replaces it
                         pos, acc = row.position, []
@@ -315,13 +322,10 @@ class HistoryStore:
                     per_run[row.run_id] = (pos, acc)
         out: dict[tuple[str, str, str], list[SeriesPoint]] = {}
         for key, per_run in sorted(points.items()):
-            pts = []
-            for run_id, (_pos, rows) in per_run.items():
-                r = rows[0]
-                pts.append(SeriesPoint(run_id, r.date, r.machine_key, r.scenario, r.name,
-                                       tuple(x.value for x in rows), r.status, r.outcome, r.injection, r.reference))
-            pts = sorted(pts, key=lambda p: (parse_date(p.date), p.run_id))
-            out[key] = pts[-last:] if last else pts
+            pts = [SeriesPoint(run_id, r[0].date, r[0].machine_key, r[0].scenario, r[0].name,
+                               tuple(x.value for x in r), r[0].status, r[0].outcome, r[0].injection, r[0].reference)
+                   for run_id, (_pos, r) in per_run.items()]
+            out[key] = pts  # the query's order: measured_at, then the order the runs were stored in
         return out
 
     def clean_candidates(self, machine_key: str, k: int, pattern: str | None = None) -> dict[str, list[str]]:
