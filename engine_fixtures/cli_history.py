@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Sequence
-from itertools import pairwise
 from pathlib import Path
 
 from engine_fixtures import options
@@ -115,9 +114,13 @@ def describe_series(t, table: bool = False) -> list[str]:
             mark = " injected" if p.injection else (" A/B" if p.reference else "")
             lines.append(f"    {i + 1:3d} {p.date[:19]}  median {_fmt(sorted(p.values)[len(p.values) // 2])}  "
                          f"windows {_fmt(min(p.values))}..{_fmt(max(p.values))}  {p.status}{mark}  {p.run_id}")
-    bounds = [0, *(cp.index for cp in t.changes), len(pts)]
-    lines.append("    " + "; ".join(f"runs {a + 1}-{b}: level {_fmt(t.value(sum(t.levels[a:b]) / (b - a)))}"
-                                    for a, b in pairwise(bounds)))
+    lines.append("    " + "; ".join(f"runs {a + 1}-{b}: level {_fmt(level)}" for a, b, level in t.regimes()))
+    if any(x is None for x in t.levels):
+        lines.append("    (injected and A/B runs are shown but left out of the levels and change points)")
+    if t.minor:
+        floor = f"{m.floor:.0%}" if m.scale.name == "log" else f"{m.floor:g} {m.unit}"
+        lines.append(f"    ({len(t.minor)} more significant change(s) smaller than the metric's floor of {floor}: "
+                     "the runs are quiet, the change is not one the judge would flag)")
     for cp in t.changes:
         first = pts[cp.index]
         lines.append(f"    change at run {cp.index + 1} ({first.date[:19]}): {_fmt(t.value(cp.before_mean))} -> "

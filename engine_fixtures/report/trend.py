@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from pathlib import Path
 
@@ -41,10 +41,14 @@ COLOURS = {"regression": "tab:red", "inconclusive": "goldenrod", "improvement": 
 
 @dataclass(frozen=True)
 class Trend:
+    """``levels[i]`` is run i's level on the judged scale (None for an injected or A/B run: drawn, but not part of
+    the build's series); change points index ``points``."""
+
     metric: str
     points: tuple[SeriesPoint, ...]
-    levels: tuple[float, ...]  # on the judged scale
-    changes: tuple[ChangePoint, ...]
+    levels: tuple[float | None, ...]
+    changes: tuple[ChangePoint, ...]  # significant and at least the metric's floor
+    minor: tuple[ChangePoint, ...] = ()  # significant but smaller than the floor: noted, not drawn or counted
 
     def value(self, level: float) -> float:
         """A judged-scale level back in the metric's unit."""
@@ -54,12 +58,29 @@ class Trend:
         before, after = self.value(cp.before_mean), self.value(cp.after_mean)
         return (after - before) / abs(before) if before else float("inf")
 
+    def regimes(self) -> list[tuple[int, int, float]]:
+        """(first run, end, level in the metric's unit) between change points, from the build's own runs."""
+        bounds = [0, *(cp.index for cp in self.changes), len(self.points)]
+        out = []
+        for a, b in pairwise(bounds):
+            own = [x for x in self.levels[a:b] if x is not None]
+            if own:
+                out.append((a, b, self.value(float(np.mean(own)))))
+        return out
+
 
 def trend(points: Sequence[SeriesPoint], alpha: float = 0.01, permutations: int = 999) -> Trend:
+    """Levels and change points of one series. Injected and A/B runs do not describe the build: they are left
+    out of the levels. A change smaller than the metric's declared floor (the smallest change the judge ever
+    flags) is significant only because the runs are quiet: it is kept apart."""
     m = metric(points[0].metric)
-    levels = tuple(float(np.mean(m.scale.forward(p.values))) for p in points)
-    changes = tuple(changepoint.detect(levels, alpha=alpha, permutations=permutations)) if len(levels) >= 4 else ()
-    return Trend(m.name, tuple(points), levels, changes)
+    levels = tuple(None if p.injection or p.reference else float(np.mean(m.scale.forward(p.values))) for p in points)
+    basis = [i for i, x in enumerate(levels) if x is not None]
+    own = [levels[i] for i in basis]
+    found = changepoint.detect(own, alpha=alpha, permutations=permutations) if len(own) >= 4 else []
+    found = [replace(cp, index=basis[cp.index]) for cp in found]
+    big = tuple(cp for cp in found if abs(cp.after_mean - cp.before_mean) >= m.scale_floor)
+    return Trend(m.name, tuple(points), levels, big, tuple(cp for cp in found if cp not in big))
 
 
 def summary(t: Trend) -> str:
@@ -67,7 +88,7 @@ def summary(t: Trend) -> str:
     if len(t.points) < 4:
         return f"{len(t.points)} run(s): too few to look for a change"
     if not t.changes:
-        return f"no change point in {len(t.points)} runs"
+        return f"no change point in {len(t.points)} runs" + (f" ({len(t.minor)} below the floor)" if t.minor else "")
     return "; ".join(f"{t.relative(cp):+.1%} from run {cp.index + 1}" for cp in t.changes)
 
 
@@ -101,9 +122,7 @@ def _panel(ax, t: Trend) -> None:
         hollow = bool(p.injection or p.reference)
         ax.scatter([x], [y], s=36, zorder=3, edgecolors=colour, linewidths=1.5,
                    facecolors="white" if hollow else colour)
-    bounds = [0, *(cp.index for cp in t.changes), len(t.points)]
-    for a, b in pairwise(bounds):
-        level = t.value(float(np.mean(t.levels[a:b])))
+    for a, b, level in t.regimes():
         ax.hlines(level, a - 0.4, b - 0.6, colors="black", linewidth=1.5, zorder=2)
         ax.annotate(f"{level:.4g}", xy=(b - 0.6, level), xytext=(2, 2), textcoords="offset points", fontsize=7)
     for cp in t.changes:
@@ -127,11 +146,16 @@ def figure(trends: Sequence[Trend], title: str, subtitle: str = "") -> Figure:
         _panel(ax, t)
         ax.set_xticks(np.arange(len(t.points)), _ticks(t.points))
     fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=9)
-    legend = [("pass", "pass"), ("regression", "regression"), ("inconclusive", "inconclusive"),
-              ("no-baseline", "no baseline"), ("unjudged", "not judged")]
-    handles = [axes[0].scatter([], [], color=COLOURS[k], s=30, label=label) for k, label in legend]
-    handles.append(axes[0].scatter([], [], facecolors="white", edgecolors="0.3", s=30, label="injected / A-B run"))
-    fig.legend(handles=handles, loc="outside lower center", ncols=6, fontsize=7, frameon=False)
+    seen = {p.status for t in trends for p in t.points}
+    labels = {"pass": "pass", "regression": "regression", "inconclusive": "inconclusive", "improvement": "improvement",
+              "no-baseline": "no baseline yet", "report-only": "report only", "unjudged": "none recorded"}
+    handles = [axes[0].scatter([], [], color=COLOURS[k], s=30, label=f"verdict: {label}")
+               for k, label in labels.items() if k in seen]
+    if any(p.injection or p.reference for t in trends for p in t.points):
+        handles.append(axes[0].scatter([], [], facecolors="white", edgecolors="0.3", s=30, label="injected / A-B run"))
+    handles.append(axes[0].errorbar([], [], yerr=[], fmt="none", ecolor="0.6", label="its windows, min to max"))
+    handles.append(axes[0].hlines([], 0, 0, colors="black", label="level between change points"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=4, fontsize=7, frameon=False)
     return fig
 
 
