@@ -150,9 +150,14 @@ class PerfSession:
     def write_history(self, results: ResultsFile, path: Path) -> list[tuple[str, Any]]:
         """Append this run to the run history (``--perf-history-url``); returns the HTML report's trend plots.
         A history that cannot be opened or written is an error line with the fix, never a lost results file."""
-        from engine_fixtures.report.trend import run_trends  # matplotlib only when there is a report
-        from engine_fixtures.store.history import HistoryStore, shown  # SQLAlchemy only when there is a run
-
+        try:
+            from engine_fixtures.report.trend import run_trends  # matplotlib only when there is a report
+            from engine_fixtures.store.history import HistoryStore, shown  # SQLAlchemy only when there is a run
+        except ImportError as exc:
+            self.errors.append(f"run history not written: {exc}; reinstall the suite (`pip install -e .`, which "
+                               f"installs SQLAlchemy, alembic and psycopg). This run's results are in {path}")
+            self.history_note = "run history: NOT written (see the error above)"
+            return []
         try:
             store = HistoryStore.open(self.settings.history_url, self.settings.results_dir)
             if store is None:
