@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from engine_fixtures.cli import main
 from engine_fixtures.store.history import HistoryError, HistoryStore
 from engine_fixtures.store.history_db import resolve_url, shown
 
@@ -43,7 +44,8 @@ def run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
 
 
 def test_each_run_lands_in_the_history_with_its_runner_and_the_report_draws_the_trend(
-        suite: pytest.Pytester, history_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        suite: pytest.Pytester, history_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("RUNNER_NAME", "gpu-runner-7")
     for i in (1, 2):
         monkeypatch.setenv("RUN", str(i))
@@ -61,6 +63,10 @@ def test_each_run_lands_in_the_history_with_its_runner_and_the_report_draws_the_
     assert [p.values[0] for p in points] == [101.0, 102.0]
     assert [p.status for p in points] == ["no-baseline", "no-baseline"]
     assert "trend of demo/arm=a/c=4 over the run history" in (suite.path / "out" / "report.html").read_text()
+    assert main(["runs", "--history-url", history_url, "--runner", "gpu-runner-7", "--scenario", "demo/*"]) == 0
+    out = capsys.readouterr().out
+    assert "runner gpu-runner-7 [h200,rack-3]  1 scenario(s)" in out
+    assert out.rstrip().endswith("2 run(s)")
 
 
 def test_the_default_history_is_an_sqlite_file_next_to_the_results(suite: pytest.Pytester) -> None:
