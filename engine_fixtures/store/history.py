@@ -115,6 +115,10 @@ class HistoryStore:
             raise
         return cls(engine, url)
 
+    def _read(self) -> sa.Connection:
+        """A connection for reading: on SQLite a deferred transaction, so readers never queue behind writers."""
+        return self.engine.connect().execution_options(**{history_db.READ_ONLY: True})
+
     def __repr__(self) -> str:
         return f"HistoryStore({shown(self.url)})"
 
@@ -188,7 +192,7 @@ class HistoryStore:
             q = q.where(runs.c.measured_at >= since)
         if label is not None:
             q = q.where(runs.c.id.in_(sa.select(run_labels.c.run_pk).where(run_labels.c.label == label)))
-        with translated(self.url, "read"), self.engine.connect() as conn:
+        with translated(self.url, "read"), self._read() as conn:
             rows = conn.execute(q).mappings().all()
             pks = [r["id"] for r in rows]
             labels = self._labels(conn, pks)
@@ -217,13 +221,13 @@ class HistoryStore:
         return out
 
     def count(self) -> int:
-        with translated(self.url, "read"), self.engine.connect() as conn:
+        with translated(self.url, "read"), self._read() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(runs)).scalar_one())
 
     def load(self, run_ids: Iterable[str]) -> list[ResultsFile]:
         """The stored runs as ResultsFiles (oldest first); an unknown run id is a ``HistoryError``."""
         wanted = list(dict.fromkeys(run_ids))
-        with translated(self.url, "read"), self.engine.connect() as conn:
+        with translated(self.url, "read"), self._read() as conn:
             run_rows = [r for chunk in _chunks(wanted)
                         for r in conn.execute(sa.select(runs).where(runs.c.run_id.in_(chunk))).mappings()]
             missing = set(wanted) - {r["run_id"] for r in run_rows}
@@ -278,7 +282,7 @@ class HistoryStore:
         q = sa.select(results.c.scenario).distinct()
         if machine_key is not None:
             q = q.join(runs, runs.c.id == results.c.run_pk).where(runs.c.machine_key == machine_key)
-        with translated(self.url, "read"), self.engine.connect() as conn:
+        with translated(self.url, "read"), self._read() as conn:
             names = conn.execute(q).scalars().all()
         return sorted(n for n in names if pattern is None or fnmatch.fnmatchcase(n, pattern))
 
@@ -302,7 +306,7 @@ class HistoryStore:
         if machine_key is not None:
             q = q.where(runs.c.machine_key == machine_key)
         points: dict[tuple[str, str, str], dict[str, tuple[int, list]]] = {}
-        with translated(self.url, "read"), self.engine.connect() as conn:
+        with translated(self.url, "read"), self._read() as conn:
             for chunk in _chunks(names):
                 scoped = q.where(results.c.scenario.in_(chunk))
                 if last:
@@ -337,7 +341,7 @@ class HistoryStore:
                     results.c.outcome.not_in(BAD))
              .order_by(runs.c.measured_at.desc(), runs.c.id.desc()))
         chosen: dict[str, list[str]] = {}
-        with translated(self.url, "read"), self.engine.connect() as conn:
+        with translated(self.url, "read"), self._read() as conn:
             for scenario, run_id in conn.execute(q):
                 if pattern is not None and not fnmatch.fnmatchcase(scenario, pattern):
                     continue

@@ -5,9 +5,9 @@
   ``postgresql://USER:PASSWORD@HOST:PORT/DB`` (driver psycopg 3). Anything else is a ``HistoryError`` that names
   the option and the accepted forms. Passwords never appear in a message (``shown(url)``).
 - ``connect(url)``: an engine with timeouts on everything that waits: PostgreSQL ``connect_timeout`` and
-  ``statement_timeout``; SQLite's busy timeout. SQLite runs in WAL mode and begins every transaction with
-  ``BEGIN IMMEDIATE`` (pysqlite's own transaction handling would start it lazily and lose DDL atomicity), so
-  concurrent writers queue on the busy timeout instead of failing half-way.
+  ``statement_timeout``; SQLite's busy timeout. SQLite runs in WAL mode and begins every writing transaction
+  with ``BEGIN IMMEDIATE`` (pysqlite's own transaction handling would start it lazily and lose DDL atomicity),
+  so concurrent writers queue on the busy timeout instead of failing half-way; readers begin a plain ``BEGIN``.
 - ``ensure_schema(engine)``: an empty database gets the schema at head, created in one transaction (when eight
   writers race on a fresh PostgreSQL database the losers roll back and find it created); a store at an older
   known revision, an unknown revision or without a revision table is refused with the command that fixes it.
@@ -40,6 +40,7 @@ CONNECT_TIMEOUT_S = 10
 STATEMENT_TIMEOUT_MS = 120_000
 SQLITE_BUSY_TIMEOUT_S = 60.0
 MIGRATIONS = Path(__file__).with_name("history_migrations")
+READ_ONLY = "perf_history_read_only"  # execution option of read-only connections
 
 
 class HistoryError(PerfError):
@@ -109,7 +110,9 @@ def _sqlite_on_connect(dbapi_connection, _record) -> None:
 
 
 def _sqlite_begin(conn: sa.Connection) -> None:
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    """Writers take the write lock up front (they queue on the busy timeout instead of failing to upgrade a read
+    lock half-way); readers (``READ_ONLY`` execution option) read a WAL snapshot without a lock."""
+    conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
 
 @contextmanager
