@@ -122,10 +122,14 @@ def translated(url: URL, doing: str) -> Iterator[None]:
         yield
     except DBAPIError as exc:
         detail = (str(exc.orig) if exc.orig is not None else str(exc)).strip().splitlines()[0]
+        if isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
+            fix = ("check that the server is running and reachable and that the URL's user, password and database "
+                   "are right, or pass --perf-history-url none to keep no history")
+        else:
+            fix = (f"the database refused it; if the store was changed by hand, point {OPTION} at another database "
+                   "and rebuild it with `perf-baseline import DIR`")
         raise HistoryError(f"cannot {doing} the run history at {shown(url)} ({OPTION}): {type(exc.orig).__name__}: "
-                           f"{detail}; check that the server is running and reachable and that the URL's user, "
-                           "password and database are right, or pass --perf-history-url none to keep no history"
-                           ) from None
+                           f"{detail}; {fix}") from None
 
 
 def known_revisions() -> list[str]:
