@@ -1,14 +1,17 @@
 """``perf-baseline``: update, compare, show, validate, history, migrate.
 
-- ``update --from RESULTS...`` adds those runs to the pooled baselines; ``update --from-runs K [DIR]`` rebuilds
-  each scenario's pool from the newest K clean runs of this machine key in DIR (default ``.perf-results``) and
-  says which. Both show the per-metric change (level, runs, what the pool catches); ``--dry-run`` writes
-  nothing; a run judged regression/inconclusive needs ``--accept REASON`` (stored with it); runs with injected
-  slowdowns or A/B runs are never recorded.
+- ``update --from RESULTS...`` adds those runs to the pooled baselines; ``update --from-runs K`` rebuilds each
+  scenario's pool from the newest K clean runs of this machine key in the run history (``--history-url``,
+  default ``.perf-results/history.sqlite``), or among the results named by ``--from DIR``, and says which.
+  Both show the per-metric change (level, runs, what the pool catches); ``--dry-run`` writes nothing; a run
+  judged regression/inconclusive needs ``--accept REASON`` (stored with it); runs with injected slowdowns or
+  A/B runs are never recorded.
 - ``compare RESULTS...`` judges results files against the pooled baselines (exit 1 on a regression).
 - ``show`` lists the pools; ``validate DIR`` judges every run of the unchanged build against the K runs recorded
   before it (and every injected run against the K runs before it): false alarms and detections on real runs.
-- ``history`` finds change points in a metric's series over results files; ``migrate`` rewrites old formats.
+- ``import``, ``runs``, ``history`` (``cli_history``): fill the run history from results files, list its runs,
+  show a scenario's series and change points (and draw them); ``migrate`` rewrites old baseline formats, and
+  with ``--history`` migrates the run history's schema.
 
 Exit status: 0 ok, 1 a regression (``compare``), a false alarm (``validate``) or a change point (``history``),
 2 a user error (a ``PerfError`` whose message names the fix).
@@ -23,13 +26,13 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from engine_fixtures import options
+from engine_fixtures import cli_history, options
 from engine_fixtures.errors import PerfError
-from engine_fixtures.judge import changepoint
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.verdicts import judge_result
 from engine_fixtures.machine import MachineInfo
 from engine_fixtures.report.table import markdown, rows_for, terminal_table
+from engine_fixtures.store import history
 from engine_fixtures.store.baselines import Baseline, BaselineRun, BaselineStore, machine_keys
 from engine_fixtures.store.results import ResultsFile
 from engine_fixtures.store.update import apply, describe, last_clean_runs, plan_update
@@ -53,13 +56,14 @@ def _results_files(paths: Sequence[Path]) -> list[ResultsFile]:
 def cmd_update(args: argparse.Namespace) -> int:
     root = _opt(args, "baseline_dir")
     if args.from_runs is not None:
-        files = _results_files(args.results or [_opt(args, "results_dir")])
         key = args.machine or MachineInfo.collect().key
+        files, where = _clean_runs_source(args, key)
         store = BaselineStore(root, key)
         chosen = last_clean_runs(files, key, args.from_runs, args.scenario)
         if not chosen:
-            print(f"no clean runs of machine key {key} in {', '.join(map(str, args.results or ['.perf-results']))}")
+            print(f"no clean runs of machine key {key} in {where}")
             return 2
+        print(f"the newest {args.from_runs} clean run(s) of {key} in {where}:")
         plans = []
         for scenario, runs in sorted(chosen.items()):
             if len(runs) < args.from_runs:
@@ -89,6 +93,15 @@ def cmd_update(args: argparse.Namespace) -> int:
         for path in apply(BaselineStore(root, key), ps):
             print(f"wrote {path}")
     return 0
+
+
+def _clean_runs_source(args: argparse.Namespace, key: str) -> tuple[list[ResultsFile], str]:
+    """The candidate runs for ``update --from-runs``: the results named by --from, else the run history."""
+    if args.results:
+        return _results_files(args.results), ", ".join(map(str, args.results))
+    with cli_history.open_store(args) as hist:
+        ids = {i for run_ids in hist.clean_candidates(key, args.from_runs, args.scenario).values() for i in run_ids}
+        return hist.load(ids), f"the run history at {history.shown(hist.url)}"
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -165,29 +178,11 @@ def _tally(counts: dict, label: str, scenario: str, pool: Sequence[ResultsFile],
             counts.setdefault((label, f"{v.metric}"), Counter())[v.status] += 1
 
 
-def cmd_history(args: argparse.Namespace) -> int:
-    runs = _results_files(args.results)
-    series: dict[tuple[str, str, str], list[tuple[str, float]]] = {}
-    for rf in runs:
-        for r in rf.results:
-            if not _match(r.scenario, args.scenario):
-                continue
-            for name, values in r.samples.items():
-                m = metric(name)
-                if m.judged and (args.metric is None or name == args.metric):
-                    level = float(m.scale.forward(values).mean())
-                    series.setdefault((rf.machine_key, r.scenario, name), []).append((rf.date, level))
-    found = 0
-    for (key, scenario, name), pts in sorted(series.items()):
-        for cp in changepoint.detect([v for _, v in pts], alpha=args.alpha):
-            found += 1
-            print(f"{key} {scenario} {name}: change at run {cp.index} ({pts[cp.index][0]}): "
-                  f"{cp.before_mean:.4g} -> {cp.after_mean:.4g} on the judged scale (p={cp.p_value:.3g})")
-    print(f"{len(runs)} runs, {len(series)} series, {found} change points")
-    return 1 if found else 0
-
-
 def cmd_migrate(args: argparse.Namespace) -> int:
+    if args.history:
+        before, after = history.upgrade(_opt(args, "history_url"), _opt(args, "results_dir"))
+        print(f"run history at schema revision {after}" + ("" if before == after else f" (was {before or 'empty'})"))
+        return 0
     root = _opt(args, "baseline_dir")
     for key in machine_keys(root):
         for path in BaselineStore(root, key).migrate_all(dry_run=args.dry_run):
@@ -205,9 +200,11 @@ def parser() -> argparse.ArgumentParser:
         sp.set_defaults(func=func)
         return sp
 
-    sp = add("update", cmd_update, "add runs to the pooled baselines (guarded)", ("baseline_dir", "results_dir"))
+    sp = add("update", cmd_update, "add runs to the pooled baselines (guarded)",
+             ("baseline_dir", "results_dir", "history_url"))
     sp.add_argument("--from", dest="results", nargs="+", type=Path, metavar="RESULT_OR_DIR")
-    sp.add_argument("--from-runs", type=int, metavar="K", help="rebuild each pool from the newest K clean runs")
+    sp.add_argument("--from-runs", type=int, metavar="K", help="rebuild each pool from the newest K clean runs of "
+                    "the machine key in the run history (or in the --from results)")
     sp.add_argument("--machine", metavar="KEY", help="machine key for --from-runs (default: this machine's)")
     sp.add_argument("--scenario", metavar="GLOB")
     sp.add_argument("--accept", metavar="REASON", help="record runs judged regression/inconclusive, with this reason")
@@ -222,13 +219,11 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("results", nargs="+", type=Path, metavar="RESULT_OR_DIR")
     sp.add_argument("--pool", type=int, default=3, metavar="K")
     sp.add_argument("--scenario", metavar="GLOB")
-    sp = add("history", cmd_history, "change points over results files (or directories of them)", ())
-    sp.add_argument("results", nargs="+", type=Path, metavar="RESULT_OR_DIR")
-    sp.add_argument("--scenario", metavar="GLOB")
-    sp.add_argument("--metric", metavar="NAME")
-    sp.add_argument("--alpha", type=float, default=0.01)
-    sp = add("migrate", cmd_migrate, "rewrite older-format baselines in the current format")
+    cli_history.add_parsers(add)
+    sp = add("migrate", cmd_migrate, "rewrite older-format baselines in the current format (--history: migrate the "
+             "run history's schema)", ("baseline_dir", "history_url", "results_dir"))
     sp.add_argument("--dry-run", action="store_true")
+    sp.add_argument("--history", action="store_true", help="migrate the run history at --history-url instead")
     return p
 
 

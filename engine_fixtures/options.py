@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,6 +135,11 @@ OPTIONS: tuple[Option, ...] = (
            "DIR"),
     Option("results_dir", "Directory for this run's results JSON, Markdown summary and HTML report.", Path,
            Path(".perf-results"), "DIR"),
+    Option("history_url", "Run-history database every run is appended to (after its results JSON): default an "
+           "SQLite file <results-dir>/history.sqlite; postgresql://USER:PASSWORD@HOST:PORT/DB for a fleet of runners "
+           "(docs/history/compose.yml); 'none' writes no history.", str, None, "URL"),
+    Option("runner_labels", "Labels of the runner stored with each run in the history, comma-separated (e.g. "
+           "'h200,rack-3'); GitHub's RUNNER_NAME is stored as the runner's name.", str, "", "A,B"),
     Option("update_baselines", "Write this run's results as the new baselines (same as 'perf-baseline update').",
            parse_bool, False, flag=True),
     Option("accept", "Record this run's results as baselines (--perf-update-baselines) although a verdict was "
@@ -215,6 +221,16 @@ class Resolved:
     source: str  # "default", "ini perf_x", "PERF_X environment variable", "--perf-x", "marker m(x=...)"
 
 
+def display(value: Any) -> str:
+    """``repr`` of an option's value for headers and messages, a URL's password masked."""
+    return mask_password(repr(value))
+
+
+def mask_password(text: str) -> str:
+    """``scheme://user:PASSWORD@host`` -> ``scheme://user:***@host`` (a history URL comes from a secret)."""
+    return re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", text)
+
+
 def _parse(opt: Option, raw: Any, where: str) -> Any:
     if not isinstance(raw, str):
         return raw
@@ -256,6 +272,8 @@ class Settings:
     cpu_quota: float | str = "auto"
     baseline_dir: Path = Path("baselines")
     results_dir: Path = Path(".perf-results")
+    history_url: str | None = None
+    runner_labels: str = ""
     update_baselines: bool = False
     accept: str | None = None
     strict: bool | None = None

@@ -4,7 +4,8 @@ Plots only for metrics that are present.
 
 Plots: throughput vs concurrency per arm (``requests_per_s``/``output_tokens_per_s``/``copy_per_s``
 against the arm axis ``c`` or ``concurrency``), a bar chart per gated metric comparing arms (median
-with min-max spread), TTFT distributions, and CPU share / GPU utilisation per arm.
+with min-max spread), TTFT distributions, CPU share / GPU utilisation per arm, and (from the run history) a
+trend per scenario: its headline metrics over the machine key's newest runs and their change points.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def _distribution(results: Sequence[RunResult], name: str) -> str | None:
     return _png(fig)
 
 
-def render_html(results: ResultsFile, rows: Sequence[Row]) -> str:
+def render_html(results: ResultsFile, rows: Sequence[Row], trends: Sequence[tuple[str, Figure]] = ()) -> str:
     res = results.results
     parts = [f"<h1>Performance report</h1><p>machine <code>{html.escape(results.machine_key)}</code>, "
              f"commit <code>{html.escape(results.suite_commit)}</code>, {html.escape(results.date)}</p>"]
@@ -121,10 +122,13 @@ def render_html(results: ResultsFile, rows: Sequence[Row]) -> str:
     for title, img in plots:
         if img is not None:
             parts.append(f"<h2>{html.escape(title)}</h2>{img}")
+    for scenario, fig in trends:
+        parts.append(f"<h2>trend of {html.escape(scenario)} over the run history</h2>{_png(fig)}")
     return "<!doctype html><html><head><meta charset='utf-8'><title>perf report</title></head><body>" + \
         "\n".join(parts) + "</body></html>\n"
 
 
-def write_html(path: Path, results: ResultsFile, rows: Sequence[Row]) -> Path:
-    atomic_write_text(path, render_html(results, rows))
+def write_html(path: Path, results: ResultsFile, rows: Sequence[Row],
+               trends: Sequence[tuple[str, Figure]] = ()) -> Path:
+    atomic_write_text(path, render_html(results, rows, trends))
     return path

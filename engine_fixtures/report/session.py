@@ -8,7 +8,9 @@ Wiring (plugin.py, at the end of ``pytest_configure``)::
 ``install_session`` stashes the session under ``SESSION_KEY`` and registers it as a plugin object,
 so its ``pytest_sessionfinish`` / ``pytest_terminal_summary`` hooks run (pytest-benchmark style).
 At session end it writes ``results-<UTC stamp>.json``, ``summary.md`` and ``report.html`` into
-``Settings.results_dir`` (appends the Markdown to ``$GITHUB_STEP_SUMMARY`` when set) and, with
+``Settings.results_dir`` (appends the Markdown to ``$GITHUB_STEP_SUMMARY`` when set), appends the run to the
+run history (``--perf-history-url``; after the JSON, so a database that fails costs the index, never the
+results: the error line names the option and the import command) and, with
 ``Settings.update_baselines``, adds this run to each scenario's pooled baseline, guarded like
 ``perf-baseline update`` (``store.update``), and says what it added and what it refused.
 Nothing is written when no result was recorded. xdist workers never write.
@@ -19,20 +21,20 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from engine_fixtures.errors import ConfigError
+from engine_fixtures.errors import ConfigError, PerfError
 from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.options import SETTINGS_KEY, Settings
 from engine_fixtures.report.table import Row, markdown, rows_for, terminal_table
 from engine_fixtures.store.baselines import UPDATE_HINT, BaselineStore
 from engine_fixtures.store.files import atomic_write_text
 from engine_fixtures.store.results import ResultsFile, RunResult
-from engine_fixtures.store.runmeta import run_metadata
+from engine_fixtures.store.runmeta import run_metadata, runner
 from engine_fixtures.store.update import apply, describe, plan_update
 
 
@@ -63,6 +65,7 @@ class PerfSession:
         self.findings: list[str] = []  # facts about the system under test worth a reader's eye (not verdicts)
         self.reference = ""  # the build an A/B run compared against (set by the A/B runner)
         self.run_token = uuid.uuid4().hex[:8]  # two runs in one second are still two runs
+        self.history_note = ""
 
     def record(self, nodeid: str, result: RunResult, verdicts: Sequence[Verdict],
                baseline_path: Path | None) -> None:
@@ -103,14 +106,12 @@ class PerfSession:
         return ResultsFile(results=tuple(self.results), machine_key=self.machine_key, machine=self.machine,
                            run_id=run_id, suite_commit=meta["suite_commit"], date=meta["date"], command=meta["command"],
                            versions=meta["versions"], verdicts=self.verdict_statuses(), injection=self.injection,
-                           reference=self.reference)
+                           reference=self.reference, runner=runner(self.settings.runner_labels))
 
     def write_baselines(self, results: ResultsFile) -> list[Path]:
         """Add this run to each scenario's pool, guarded (``store.update``); says what it did and refused."""
         latest = {r.scenario: r for r in results.results}  # a scenario measured twice: the last result is the run
-        run = ResultsFile(tuple(latest.values()), results.machine_key, results.machine, results.suite_commit,
-                          results.date, results.command, results.versions, results.run_id, results.verdicts,
-                          results.injection, results.reference)
+        run = replace(results, results=tuple(latest.values()))
         plans = plan_update(self.store, [run], accept=self.settings.accept)
         for plan in plans:
             self.update_lines += describe(plan)
@@ -128,12 +129,15 @@ class PerfSession:
         stamp = meta["date"].replace(":", "").replace("+0000", "Z")
         results = self.results_file(meta)
         results_path = out / f"results-{stamp}.json"
+        if results_path.exists():  # two runs in one second: never overwrite the other run's artifact
+            results_path = out / f"results-{stamp}-{self.run_token}.json"
         atomic_write_text(results_path, results.dumps())
+        trends = self.write_history(results, results_path)  # after the JSON: a database failure never loses it
         md = markdown(self.rows(), self.notes())
         atomic_write_text(out / "summary.md", md)
         self.written = [results_path, out / "summary.md"]
         try:
-            self.written.append(write_html(out / "report.html", results, self.rows()))
+            self.written.append(write_html(out / "report.html", results, self.rows(), trends))
         except Exception as exc:  # a plot failure must not hide the verdicts
             self.errors.append(f"HTML report failed: {type(exc).__name__}: {exc}")
         step = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -143,9 +147,36 @@ class PerfSession:
         if self.settings.update_baselines and self.results:
             self.baselines_written = self.write_baselines(results)
 
+    def write_history(self, results: ResultsFile, path: Path) -> list[tuple[str, Any]]:
+        """Append this run to the run history (``--perf-history-url``); returns the HTML report's trend plots.
+        A history that cannot be opened or written is an error line with the fix, never a lost results file."""
+        try:
+            from engine_fixtures.report.trend import run_trends  # matplotlib only when there is a report
+            from engine_fixtures.store.history import HistoryStore, shown  # SQLAlchemy only when there is a run
+        except ImportError as exc:
+            self.errors.append(f"run history not written: {exc}; reinstall the suite (`pip install -e .`, which "
+                               f"installs SQLAlchemy, alembic and psycopg). This run's results are in {path}")
+            self.history_note = "run history: NOT written (see the error above)"
+            return []
+        try:
+            store = HistoryStore.open(self.settings.history_url, self.settings.results_dir)
+            if store is None:
+                return []
+            with store:
+                store.append(results, source=str(path))
+                self.history_note = f"run history: appended to {shown(store.url)}"
+                return run_trends(store, results)
+        except PerfError as exc:
+            self.errors.append(f"run history not written: {exc}. This run's results are in {path}; append them "
+                               f"later with `perf-baseline import {path} --history-url URL`")
+            self.history_note = "run history: NOT written (see the error above)"
+        return []
+
     def notes(self) -> list[str]:
         notes = [f"machine key `{self.machine_key}`, baselines in `{self.store.dir}`, "
                  f"strict mode {'on' if self.settings.strict else 'off'} ({self.settings.sources.get('strict', '')})"]
+        if self.history_note:
+            notes.append(self.history_note)
         if self.injection:
             notes.append(f"INJECTED: {self.injection} (deliberate slowdowns/faults; never recorded as baselines)")
         if self.reference:

@@ -39,8 +39,8 @@ from engine_fixtures.store.results import ResultsFile, RunResult
 
 BASELINE_FORMAT_VERSION = 3
 MAX_RUNS = 10
-UPDATE_HINT = ("`perf-baseline update --from-runs 3` (pools the newest 3 clean runs in .perf-results) or "
-               "`pytest --perf-update-baselines` once per run")
+UPDATE_HINT = ("`perf-baseline update --from-runs 3` (pools this machine's newest 3 clean runs from the run "
+               "history) or `pytest --perf-update-baselines` once per run")
 
 Samples = Mapping[str, tuple[float, ...]]
 

@@ -97,7 +97,9 @@ class ResultsFile:
 
     ``verdicts[scenario][metric]`` is each row's status; ``injection`` names a deliberate slowdown or fault
     (``--perf-inject``, a patched build) and ``reference`` the build an A/B run compared against: runs with
-    either are never turned into baselines. Format 1 files (no verdicts) are still read."""
+    either are never turned into baselines. ``runner`` (optional) names the machine that ran it and its labels
+    (``{"name": ..., "labels": [...]}``), which the run history indexes. Format 1 files (no verdicts) are still
+    read."""
 
     results: tuple[RunResult, ...]
     machine_key: str
@@ -110,12 +112,14 @@ class ResultsFile:
     verdicts: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: MappingProxyType({}))
     injection: str = ""
     reference: str = ""
+    runner: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # {"name", "labels"}
     format_version: int = RESULTS_FORMAT_VERSION
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "results", tuple(self.results))
         object.__setattr__(self, "machine", MappingProxyType(dict(self.machine)))
         object.__setattr__(self, "versions", MappingProxyType(dict(self.versions)))
+        object.__setattr__(self, "runner", MappingProxyType(dict(self.runner)))
         object.__setattr__(self, "verdicts", MappingProxyType({k: MappingProxyType(dict(v))
                                                                for k, v in self.verdicts.items()}))
         if not self.run_id:
@@ -127,7 +131,9 @@ class ResultsFile:
         return next((s for s in OUTCOME_ORDER if s in statuses), "unjudged")
 
     def to_json(self) -> dict[str, Any]:
+        runner = {"runner": dict(self.runner)} if self.runner else {}  # optional: older readers ignore it
         return {
+            **runner,
             "format_version": self.format_version,
             "run_id": self.run_id,
             "machine_key": self.machine_key,
@@ -166,6 +172,7 @@ class ResultsFile:
                 verdicts=data.get("verdicts", {}),
                 injection=data.get("injection", ""),
                 reference=data.get("reference", ""),
+                runner=data.get("runner", {}),
             )
         except (KeyError, ValueError, TypeError, AttributeError) as exc:
             raise BaselineError(

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib.metadata
+import os
 import platform
 import shlex
+import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +58,10 @@ def run_metadata(argv: list[str] | None = None) -> dict[str, Any]:
         "command": shlex.join(sys.argv if argv is None else argv),
         "versions": versions(),
     }
+
+
+def runner(labels: str = "", env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The machine that ran this: GitHub's RUNNER_NAME (else the host name) and ``--perf-runner-labels``."""
+    env = os.environ if env is None else env
+    name = env.get("RUNNER_NAME") or socket.gethostname()
+    return {"name": name, "labels": sorted({x.strip() for x in labels.split(",") if x.strip()})}

@@ -1,0 +1,195 @@
+"""Connecting to the run history: URL -> SQLAlchemy engine, and the schema revision check (alembic).
+
+- ``resolve_url(option, results_dir)``: ``--perf-history-url`` unset -> an SQLite file
+  ``<results_dir>/history.sqlite`` (no set-up); ``none`` -> no history; ``sqlite:///PATH`` or
+  ``postgresql://USER:PASSWORD@HOST:PORT/DB`` (driver psycopg 3). Anything else is a ``HistoryError`` that names
+  the option and the accepted forms. Passwords never appear in a message (``shown(url)``).
+- ``connect(url)``: an engine with timeouts on everything that waits: PostgreSQL ``connect_timeout`` and
+  ``statement_timeout``; SQLite's busy timeout. SQLite runs in WAL mode and begins every writing transaction
+  with ``BEGIN IMMEDIATE`` (pysqlite's own transaction handling would start it lazily and lose DDL atomicity),
+  so concurrent writers queue on the busy timeout instead of failing half-way; readers begin a plain ``BEGIN``.
+- ``ensure_schema(engine)``: an empty database gets the schema at head, created in one transaction (when eight
+  writers race on a fresh PostgreSQL database the losers roll back and find it created); a store at an older
+  known revision, an unknown revision or without a revision table is refused with the command that fixes it.
+  ``upgrade(engine)`` is that command's work (``perf-baseline migrate --history``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+
+from engine_fixtures.errors import PerfError
+from engine_fixtures.options import mask_password
+from engine_fixtures.store.history_schema import SCHEMA_REVISION
+
+OPTION = "--perf-history-url (PERF_HISTORY_URL)"
+FORMS = "sqlite:///PATH, postgresql://USER:PASSWORD@HOST:PORT/DB or 'none'"
+DEFAULT_FILE = "history.sqlite"
+MIGRATE_HINT = "perf-baseline migrate --history --history-url URL"
+CONNECT_TIMEOUT_S = 10
+STATEMENT_TIMEOUT_MS = 120_000
+SQLITE_BUSY_TIMEOUT_S = 60.0
+MIGRATIONS = Path(__file__).with_name("history_migrations")
+READ_ONLY = "perf_history_read_only"  # execution option of read-only connections
+
+
+class HistoryError(PerfError):
+    """The run history cannot be opened or written; the message names the option and the fix."""
+
+
+def shown(url: URL | str) -> str:
+    """The URL as it may appear in a message or a log: the password masked."""
+    if isinstance(url, URL):
+        return url.render_as_string(hide_password=True)
+    return mask_password(url)
+
+
+def resolve_url(option: str | None, results_dir: Path) -> URL | None:
+    """The history URL for an option value (None: the default SQLite file; 'none': no history)."""
+    if option is None or option.strip() == "":
+        return URL.create("sqlite", database=str(Path(results_dir) / DEFAULT_FILE))
+    if option.strip().lower() == "none":
+        return None
+    try:
+        url = make_url(option.strip())
+    except ArgumentError:
+        raise HistoryError(f"Invalid {OPTION} {shown(option)!r}: not a database URL; use {FORMS}") from None
+    backend = url.get_backend_name()
+    if backend == "postgresql":
+        if url.get_driver_name() not in ("psycopg", "psycopg2", "pg8000") or "+" not in url.drivername:
+            url = url.set(drivername="postgresql+psycopg")
+        if not url.database:
+            raise HistoryError(f"Invalid {OPTION} {shown(url)!r}: the URL names no database; use {FORMS}")
+        return url
+    if backend == "sqlite":
+        if not url.database or url.database == ":memory:":
+            raise HistoryError(f"Invalid {OPTION} {shown(url)!r}: an in-memory SQLite history is lost when the "
+                               f"run ends; give a file (sqlite:///PATH) or use {FORMS}")
+        return url
+    raise HistoryError(f"Invalid {OPTION} {shown(url)!r}: {backend} is not supported; use {FORMS}")
+
+
+def connect(url: URL) -> Engine:
+    """An engine for ``url`` with timeouts; nothing is connected yet."""
+    try:
+        if url.get_backend_name() == "sqlite":
+            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+            engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+            sa.event.listen(engine, "connect", _sqlite_on_connect)
+            sa.event.listen(engine, "begin", _sqlite_begin)
+            return engine
+        query = dict(url.query)
+        timeout = f"-c statement_timeout={STATEMENT_TIMEOUT_MS}"
+        args = {"options": " ".join(filter(None, [str(query.get("options", "")), timeout]))}
+        if "connect_timeout" not in query:
+            args["connect_timeout"] = CONNECT_TIMEOUT_S
+        return sa.create_engine(url.difference_update_query(["options"]), connect_args=args, pool_pre_ping=True)
+    except NoSuchModuleError as exc:
+        raise HistoryError(f"{OPTION} {shown(url)!r}: no database driver for it ({exc}); reinstall the suite "
+                           "(`pip install -e .`) so that psycopg is installed") from None
+    except (ArgumentError, ImportError, OSError) as exc:
+        raise HistoryError(f"{OPTION} {shown(url)!r} cannot be used ({exc}); use {FORMS}") from None
+
+
+def _sqlite_on_connect(dbapi_connection, _record) -> None:
+    dbapi_connection.isolation_level = None  # the "begin" listener below emits BEGIN itself
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _sqlite_begin(conn: sa.Connection) -> None:
+    """Writers take the write lock up front (they queue on the busy timeout instead of failing to upgrade a read
+    lock half-way); readers (``READ_ONLY`` execution option) read a WAL snapshot without a lock."""
+    conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
+
+
+@contextmanager
+def translated(url: URL, doing: str) -> Iterator[None]:
+    """Turn a driver's connection failure into a ``HistoryError`` naming the option and the server."""
+    try:
+        yield
+    except DBAPIError as exc:
+        detail = (str(exc.orig) if exc.orig is not None else str(exc)).strip().splitlines()[0]
+        if isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
+            fix = ("check that the server is running and reachable and that the URL's user, password and database "
+                   "are right, or pass --perf-history-url none to keep no history")
+        else:
+            fix = (f"the database refused it; if the store was changed by hand, point {OPTION} at another database "
+                   "and rebuild it with `perf-baseline import DIR`")
+        raise HistoryError(f"cannot {doing} the run history at {shown(url)} ({OPTION}): {type(exc.orig).__name__}: "
+                           f"{detail}; {fix}") from None
+
+
+def known_revisions() -> list[str]:
+    return sorted(r.revision for r in ScriptDirectory(str(MIGRATIONS)).walk_revisions())
+
+
+def revision_of(conn: sa.Connection) -> tuple[str | None, bool]:
+    """(revision recorded in alembic_version or None, whether any history table exists)."""
+    current = MigrationContext.configure(conn).get_current_revision()
+    return current, sa.inspect(conn).has_table("runs")
+
+
+def check_revision(current: str | None, has_tables: bool, url: URL) -> None:
+    """Refuse a store this suite cannot read as it is, naming the command."""
+    if current == SCHEMA_REVISION:
+        return
+    known = known_revisions()
+    where = f"the run history at {shown(url)} ({OPTION})"
+    if current is None and has_tables:
+        raise HistoryError(f"{where} has history tables but no schema revision (alembic_version); it was not "
+                           "created by this suite: point the option at another database or drop those tables")
+    if current in known:
+        raise HistoryError(f"{where} is at schema revision {current}, older than this suite's {SCHEMA_REVISION}; "
+                           f"migrate it with `{MIGRATE_HINT}` (back it up first)")
+    raise HistoryError(f"{where} is at schema revision {current!r}, which this suite does not know (it knows "
+                       f"{', '.join(sorted(known))}); a newer suite wrote it: upgrade sglang-perf-suite, then migrate "
+                       f"with `{MIGRATE_HINT}` if it says so")
+
+
+def _run_upgrade(conn: sa.Connection) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS).replace("%", "%%"))
+    config.attributes["connection"] = conn
+    command.upgrade(config, SCHEMA_REVISION)
+
+
+def ensure_schema(engine: Engine, url: URL) -> None:
+    """Create the schema in an empty database; refuse any revision but this suite's."""
+    with translated(url, "open"):
+        for attempt in (1, 2):
+            try:
+                with engine.begin() as conn:
+                    current, has_tables = revision_of(conn)
+                    if current is None and not has_tables:
+                        _run_upgrade(conn)
+                        return
+                check_revision(current, has_tables, url)
+                return
+            except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
+                if attempt == 2:  # a concurrent creator wins once; a second failure is real
+                    raise
+
+
+def upgrade(engine: Engine, url: URL) -> tuple[str | None, str]:
+    """Migrate the store to this suite's revision; returns (from, to)."""
+    with translated(url, "migrate"), engine.begin() as conn:
+        current, has_tables = revision_of(conn)
+        if current == SCHEMA_REVISION:
+            return current, SCHEMA_REVISION
+        if (current is None and has_tables) or (current is not None and current not in known_revisions()):
+            check_revision(current, has_tables, url)  # raises: nothing this suite can migrate
+        _run_upgrade(conn)
+        return current, SCHEMA_REVISION

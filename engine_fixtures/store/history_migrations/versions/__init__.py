@@ -1,0 +1,1 @@
+"""Revision files (alembic skips this module)."""

@@ -1,0 +1,115 @@
+"""A pytest session appends its run to the history after its results JSON (both back ends); a bad URL or an
+unreachable server is an error that names the option, and the JSON is written all the same."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from engine_fixtures.cli import main
+from engine_fixtures.store.history import HistoryError, HistoryStore
+from engine_fixtures.store.history_db import resolve_url, shown
+
+pytest_plugins = ("pytester",)
+
+TEST_FILE = """
+import os
+import pytest
+from engine_fixtures.store.results import RunResult
+
+RUN = int(os.environ.get("RUN", "0"))
+
+@pytest.mark.perf
+def test_demo(perf_record):
+    level = 100.0 + RUN
+    perf_record(RunResult("demo/arm=a/c=4", {"arm": "a", "c": "4"},
+                          {"latency_p50_ms": (level, level * 1.01, level * 0.99, level * 1.005)}))
+"""
+
+UNREACHABLE = "postgresql://perf:s3cret-pw@127.0.0.1:1/perf"  # port 1: refused at once, nothing listens
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(test_demo=TEST_FILE)
+    return pytester
+
+
+def run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return p.runpytest("-rs", "--perf-strict", "no", "--perf-baseline-dir", str(p.path / "bl"),
+                       "--perf-results-dir", str(p.path / "out"), *args)
+
+
+def test_each_run_lands_in_the_history_with_its_runner_and_the_report_draws_the_trend(
+        suite: pytest.Pytester, history_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("RUNNER_NAME", "gpu-runner-7")
+    for i in (1, 2):
+        monkeypatch.setenv("RUN", str(i))
+        r = run(suite, "--perf-history-url", history_url, "--perf-runner-labels", "h200, rack-3")
+        r.assert_outcomes(skipped=1)
+        r.stdout.fnmatch_lines(["*run history: appended to *"])
+    results = sorted((suite.path / "out").glob("results-*.json"))
+    assert len(results) == 2
+    assert json.loads(results[0].read_text())["runner"] == {"name": "gpu-runner-7", "labels": ["h200", "rack-3"]}
+    with HistoryStore.open(history_url, suite.path) as store:
+        runs = store.runs(label="rack-3")
+        assert [r.runner for r in runs] == ["gpu-runner-7", "gpu-runner-7"]
+        assert {Path(r.source) for r in runs} == set(results)  # two runs in one second: two files
+        ((_, points),) = store.series("demo/*", "latency_p50_ms").items()
+    assert [p.values[0] for p in points] == [101.0, 102.0]
+    assert [p.status for p in points] == ["no-baseline", "no-baseline"]
+    assert "trend of demo/arm=a/c=4 over the run history" in (suite.path / "out" / "report.html").read_text()
+    assert main(["runs", "--history-url", history_url, "--runner", "gpu-runner-7", "--scenario", "demo/*"]) == 0
+    out = capsys.readouterr().out
+    assert "runner gpu-runner-7 [h200,rack-3]  1 scenario(s)" in out
+    assert out.rstrip().endswith("2 run(s)")
+
+
+def test_the_default_history_is_an_sqlite_file_next_to_the_results(suite: pytest.Pytester) -> None:
+    run(suite).assert_outcomes(skipped=1)
+    with HistoryStore.open(None, suite.path / "out") as store:
+        assert store.count() == 1
+    run(suite, "--perf-history-url", "none").assert_outcomes(skipped=1)
+    with HistoryStore.open(None, suite.path / "out") as store:
+        assert store.count() == 1
+    assert len(list((suite.path / "out").glob("results-*.json"))) == 2
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    (UNREACHABLE, "cannot open the run history at postgresql+psycopg://perf:***@127.0.0.1:1/perf "
+                  "(--perf-history-url (PERF_HISTORY_URL))"),
+    ("mysql://perf:s3cret-pw@db/perf", "Invalid --perf-history-url (PERF_HISTORY_URL) "
+                                       "'mysql://perf:***@db/perf': mysql is not supported"),
+])
+def test_a_bad_url_or_a_dead_server_names_the_option_and_the_json_is_still_written(
+        suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, url: str, message: str) -> None:
+    monkeypatch.setenv("PERF_HISTORY_URL", url)
+    start = time.perf_counter()
+    r = run(suite)
+    r.assert_outcomes(skipped=1)
+    assert time.perf_counter() - start < 60
+    (results,) = (suite.path / "out").glob("results-*.json")
+    assert json.loads(results.read_text())["results"][0]["scenario"] == "demo/arm=a/c=4"
+    text = r.stdout.str()
+    assert message in text
+    assert f"perf-baseline import {results}" in text
+    assert "s3cret-pw" not in text
+    assert "run history: NOT written" in (suite.path / "out" / "summary.md").read_text()
+
+
+def test_the_library_error_names_the_option_without_the_password(tmp_path: Path) -> None:
+    with pytest.raises(HistoryError, match=r"127\.0\.0\.1:1.*PERF_HISTORY_URL.*server is running") as info:
+        HistoryStore.open(UNREACHABLE, tmp_path)
+    assert "s3cret-pw" not in str(info.value)
+    assert shown(resolve_url(UNREACHABLE, tmp_path)) == "postgresql+psycopg://perf:***@127.0.0.1:1/perf"
+    with pytest.raises(HistoryError, match="'not a url': not a database URL"):
+        HistoryStore.open("not a url", tmp_path)
+    with pytest.raises(HistoryError, match="in-memory"):
+        HistoryStore.open("sqlite://", tmp_path)
+    with pytest.raises(HistoryError, match="no run history at"):
+        HistoryStore.open(None, tmp_path / "nothing-here", create=False)
+    assert HistoryStore.open("none", tmp_path) is None
