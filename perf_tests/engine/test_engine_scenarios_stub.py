@@ -58,7 +58,9 @@ def test_three_runs_pool_then_judge_and_an_ab_run_is_never_pooled(suite: pytest.
     assert outcomes.get("passed", 0) + outcomes.get("skipped", 0) == 3, r.stdout.str()[-3000:]
     r.stdout.fnmatch_lines(["*engine/transport=cpu/tp=1/pp=1/copy=buffer/model=qwen-tiny/c=4*requests_per_s*3 runs*"])
 
-    r = run(suite, "-k", "test_arm and fast", "--perf-reference", "installed", "--perf-update-baselines")
+    # one engine pair (instance pairs have their own test in test_engine_runs_stub.py; three cost CI 35 s here)
+    r = run(suite, "-k", "test_arm and fast", "--perf-reference", "installed", "--perf-ab-instances", "1",
+            "--perf-update-baselines")
     r.stdout.fnmatch_lines(["*A/B against the reference build `installed`*", "*refused*an A/B run*"])
     verdicts = json.loads(sorted((suite.path / "out").glob("results-*.json"))[-1].read_text())
     assert verdicts["reference"] == "installed"
