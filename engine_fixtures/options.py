@@ -159,7 +159,7 @@ OPTIONS: tuple[Option, ...] = (
            "'+'). Without it, results are judged against the pooled baselines.", str, None, "BUILD"),
     Option("ab_instances", "A/B: fresh engine pairs (reference + candidate) to measure; with 2 or more the pair is "
            "the unit of the interval, so the offset between two starts of one build counts as noise (measured "
-           "+14.7%% TPOT between two instances on the H200). 1 is quicker and says the offset is not included.",
+           "+15.8%% TPOT between two instances on the H200). 1 is quicker and says the offset is not included.",
            parse_positive_int, 3, "N"),
     Option("candidate", "The build judged in A/B mode (--perf-reference): 'installed' (default) or any "
            "--perf-reference form, e.g. patch:slow-scheduler=0.3 to prove the gate with a known slowdown.", str,

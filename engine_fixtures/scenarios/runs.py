@@ -7,7 +7,7 @@ inconclusive, up to ``--perf-max-repeats``. Returns the ``RunResult`` (arm proof
 ``measure_ab(pair, scenario, settings, instances=R)``: a candidate and a reference engine live together (each
 with its own cgroup), windows in blocks A B B A / B A A B so drift and order hit both alike; each block gives
 one paired log-ratio (linear metrics: a difference) per metric. Two starts of one build differ (an A/A pair of
-engines on the H200 read +14.7 % TPOT apart over 8 blocks), so with ``R >= 2`` fresh engine pairs the pair is
+engines on the H200 read +15.8 % TPOT apart over 8 blocks), so with ``R >= 2`` fresh engine pairs the pair is
 the unit of the interval; with one pair the blocks are, and the verdict says the instance offset is not in it.
 Returns both results and the paired verdicts (``judge.verdicts.judge_ab``).
 """
