@@ -273,7 +273,9 @@ class HistoryStore:
             judged = {n: v[0] for n, v in table.items() if v[0] != "unjudged"}
             if judged:
                 verdicts.setdefault(r["scenario"], {}).update(judged)
-        runner = {k: v for k, v in (("name", run["runner"]), ("labels", list(labels))) if v}
+        # a run recorded with a runner keeps both keys (labels may be empty, as runmeta.runner writes them);
+        # a format-1 file had no runner at all
+        runner = {"name": run["runner"], "labels": list(labels)} if run["runner"] or labels else {}
         return ResultsFile(tuple(rs), run["machine_key"], run["machine"], run["suite_commit"], run["date"],
                            run["command"], run["versions"], run["run_id"], verdicts, run["injection"],
                            run["reference"], runner)

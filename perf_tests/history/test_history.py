@@ -48,16 +48,18 @@ def counts(store: HistoryStore) -> dict[str, int]:
 
 def test_committed_results_of_both_formats_round_trip_exactly(history_url: str, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # every committed results file (both formats; the rest of docs/results is study output and pooled baselines)
+    files = [ResultsFile.load(p) for p in sorted(COMMITTED.rglob("*results*.json"))]
+    files.append(ResultsFile.load(GOLDEN / "results_v1.json"))
+    assert len(files) >= 12
     assert main(["import", str(COMMITTED), str(GOLDEN / "results_v1.json"), "--history-url", history_url]) == 0
     out = capsys.readouterr().out
-    assert "imported 12 run(s)" in out
+    assert f"imported {len(files)} run(s)" in out
     assert "ab_study.json: not a results file" in out
     assert main(["import", str(COMMITTED), "--history-url", history_url]) == 0
     assert "imported 0 run(s)" in capsys.readouterr().out  # a run already stored is left as it is
-    files = [ResultsFile.load(p) for p in sorted(COMMITTED.rglob("*.json")) if p.name != "ab_study.json"]
-    files.append(ResultsFile.load(GOLDEN / "results_v1.json"))
     with open_store(history_url, tmp_path) as store:
-        assert store.count() == 12
+        assert store.count() == len(files)
         back = {rf.run_id: rf for rf in store.load([f.run_id for f in files])}
         for rf in files:
             assert back[rf.run_id] == rf  # samples, warmup, metadata, verdicts, versions: exactly as written
