@@ -160,5 +160,5 @@ def _bound_decision(effect: float, se: float, df: float, bound: float, alpha: fl
     if effect < -half:
         return Decision("pass", effect, se, df, half, None)
     return Decision("inconclusive", effect, se, df, half, None,
-                    f"the one-sided {1 - alpha:.0%} interval of the ratio ({math.exp(-effect - half) * bound:.3f}-"
+                    f"the one-sided {1 - alpha:.1%} interval of the ratio ({math.exp(-effect - half) * bound:.3f}-"
                     f"{math.exp(-effect + half) * bound:.3f}x) straddles the bound {bound:g}x; {more}")

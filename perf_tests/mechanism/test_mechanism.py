@@ -30,12 +30,17 @@ def quota_arm(copy: str, **kw: object) -> MechArm:
 
 TORCH, BUFFER, CONTROL, SGLANG = (quota_arm(c) for c in ("torch", "buffer", "control", "sglang"))
 SGLANG_SKIP = sglang_skip_reason()
+# Bounds from measured noise, not a guess. On 2-core Intel boxes (2026-11-30, 10 runs: CI and this suite's own
+# runs) buffer/torch was 1.09-1.26x and stock SGLang/buffer 0.74-0.86x, while one round's paired ratio scatters
+# ~11 %, so 15 rounds leave a +-9 % interval at alpha/looks. 1.05x and 0.95x were undecided in about one run in
+# five (1.093x: interval 1.000-1.194x); the bound 1.0 (which copy is faster) is decided at every ratio measured.
+# The copy microbenchmarks (test_copy_microbench.py) keep >= 1.05x: there the gap is 1.4-1.7x.
 FAN_OUT = Invariant(
-    "buffer >= 1.05x torch under quota", "requests_per_s", TORCH.id, BUFFER.id, 1.05,
+    "buffer >= torch under quota", "requests_per_s", TORCH.id, BUFFER.id, 1.0,
     why="the fan-out penalty reproduces: with threads = visible CPUs and a binding quota the torch copy's idle "
-        "intra-op workers spin and burn the quota (measured 1.17-1.26x on Intel 2-core boxes, 1.45x on AMD)")
+        "intra-op workers spin and burn the quota (measured 1.09-1.26x on Intel 2-core boxes, 1.45x on AMD)")
 STOCK = Invariant(
-    "stock SGLang >= 0.95x buffer under quota", "requests_per_s", BUFFER.id, SGLANG.id, 0.95,
+    "stock SGLang >= buffer under quota", "requests_per_s", BUFFER.id, SGLANG.id, 1.0,
     why="SGLang as shipped keeps up with the buffer copy; it does not while its ShmPointerMMData copies with torch")
 SMOKE = MechScenario("mech-smoke", (TORCH, BUFFER, CONTROL, *(() if SGLANG_SKIP else (SGLANG,))), CONTROL,
                      (FAN_OUT, *(() if SGLANG_SKIP else (STOCK,))), warmup=2, requests=48)
