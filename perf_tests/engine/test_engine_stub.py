@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import time
 from pathlib import Path
 
@@ -199,17 +198,11 @@ def test_engine_segment_left_by_a_crash_is_removed_and_reported(model: Path, tmp
     assert any(pool in f for f in findings), findings
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs: needs root")
-def test_nearly_full_shm_is_refused_before_launch(tmp_path: Path) -> None:
-    shm = tmp_path / "shm"
-    shm.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(shm)], check=True, timeout=30)
-    try:
-        fd = os.open(shm / "leftover", os.O_CREAT | os.O_RDWR, 0o600)
-        os.posix_fallocate(fd, 0, 7 << 20)
-        os.close(fd)
-        with pytest.raises(ConfigError, match=r"nearly full: 1 MiB free of 8 MiB.*at least 4 MiB.*leftover \(7 MiB\)"):
-            require_shm_space(4, shm)
-        require_shm_space(0.5, shm)
-    finally:
-        subprocess.run(["umount", str(shm)], check=True, timeout=30)
+def test_nearly_full_shm_is_refused_before_launch(small_tmpfs) -> None:  # type: ignore[no-untyped-def]
+    shm = small_tmpfs("shm", "8m")
+    fd = os.open(shm / "leftover", os.O_CREAT | os.O_RDWR, 0o600)
+    os.posix_fallocate(fd, 0, 7 << 20)
+    os.close(fd)
+    with pytest.raises(ConfigError, match=r"nearly full: 1 MiB free of 8 MiB.*at least 4 MiB.*leftover \(7 MiB\)"):
+        require_shm_space(4, shm)
+    require_shm_space(0.5, shm)

@@ -15,6 +15,7 @@ import pytest
 from engine_fixtures.errors import MachineBusy
 from engine_fixtures.isolation import owner
 from engine_fixtures.isolation.machine_lock import Holder, MachineLock
+from perf_tests.process_wait import wait_for
 
 pytest_plugins = ("pytester",)
 
@@ -29,16 +30,6 @@ assert lock.acquire(5.0) == "acquired"
 print("held", flush=True)
 threading.Event().wait(float(sys.argv[2]))  # the holding run's work
 """
-
-
-def wait_for(condition: Callable[[], bool], proc: subprocess.Popen, deadline_s: float = 120.0) -> None:
-    """Wait until ``condition()`` holds, waking on the process; fail if it exits first or at the deadline."""
-    end = time.monotonic() + deadline_s
-    while not condition():
-        assert proc.poll() is None, f"process {proc.pid} exited with {proc.returncode} before the condition held"
-        assert time.monotonic() < end, f"condition not met within {deadline_s} s"
-        with pytest.raises(subprocess.TimeoutExpired):
-            proc.wait(timeout=0.05)
 
 
 @pytest.fixture

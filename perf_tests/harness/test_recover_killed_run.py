@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -22,6 +21,7 @@ import pytest
 from engine_fixtures.isolation import owner
 from engine_fixtures.isolation.leaks import SHM_DIR
 from engine_fixtures.isolation.signals import sigkill_and_wait
+from perf_tests.process_wait import wait_for
 
 pytest_plugins = ("pytester",)
 
@@ -57,15 +57,6 @@ def alive(pid: int) -> bool:
         return False
 
 
-def wait_for(condition, proc: subprocess.Popen, log: Path, deadline_s: float = 120.0) -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + deadline_s
-    while not condition():
-        assert proc.poll() is None, f"run exited with {proc.returncode}:\n{log.read_text()[-3000:]}"
-        assert time.monotonic() < end, f"not ready within {deadline_s} s:\n{log.read_text()[-3000:]}"
-        with pytest.raises(subprocess.TimeoutExpired):
-            proc.wait(timeout=0.1)
-
-
 def fake_v2(root: Path) -> Path:
     root.mkdir()
     (root / "cgroup.controllers").write_text("cpu io memory\n")
@@ -84,7 +75,7 @@ def test_next_run_removes_what_the_killed_run_left(pytester: pytest.Pytester, tm
     with open(log1, "w") as out:
         run1 = pytester.popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(killed_test), *args],
                               stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    wait_for(ready.exists, run1, log1)
+    wait_for(ready.exists, run1, context=lambda: log1.read_text()[-3000:])
     facts = json.loads(ready.read_text())
     token = owner.RunOwner.of_pid(run1.pid)
     assert token is not None
@@ -92,7 +83,7 @@ def test_next_run_removes_what_the_killed_run_left(pytester: pytest.Pytester, tm
                                   str(results), "--state", str(state), "--ready", str(tmp_path / "live.json"),
                                   "--quota", "0.5", *(["--cgroup-parent", args[-1]] if tree == "fake-v2" else [])])
     try:
-        wait_for((tmp_path / "live.json").exists, bystander, log1)
+        wait_for((tmp_path / "live.json").exists, bystander, context=lambda: log1.read_text()[-3000:])
         live = json.loads((tmp_path / "live.json").read_text())
 
         run1.send_signal(signal.SIGKILL)  # the job is cancelled

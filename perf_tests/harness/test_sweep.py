@@ -188,25 +188,19 @@ def test_ownerless_engine_segment_goes_only_when_no_live_run_could_own_it(tmp_pa
         (SHM_DIR / name).unlink(missing_ok=True)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs: needs root")
-def test_a_full_disk_never_stops_a_run_nor_leaves_a_torn_file(tmp_path: Path) -> None:
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True, timeout=30)
-    try:
-        run_registry.state_dir(disk / "state")
-        (disk / "results").mkdir()
-        (disk / "results" / "results.json").write_text("old")
-        with open(disk / "filler", "wb", buffering=0) as fh, contextlib.suppress(OSError):
-            while True:  # until ENOSPC: every block left is taken
-                fh.write(b"\0" * 4096)
-        path, why = run_registry.register(disk / "state", disk / "results")
-        assert path is None
-        assert "could not record this run" in why
-        assert "No space left on device" in why
-        with pytest.raises(OSError, match="No space left"):
-            atomic_write_text(disk / "results" / "results.json", "x" * (64 << 10))
-        assert (disk / "results" / "results.json").read_text() == "old"  # the old file, never a torn one
-        assert [p.name for p in (disk / "results").iterdir()] == ["results.json"]  # no temp file left
-    finally:
-        subprocess.run(["umount", str(disk)], check=True, timeout=30)
+def test_a_full_disk_never_stops_a_run_nor_leaves_a_torn_file(small_tmpfs) -> None:  # type: ignore[no-untyped-def]
+    disk = small_tmpfs("disk", "1m")
+    run_registry.state_dir(disk / "state")
+    (disk / "results").mkdir()
+    (disk / "results" / "results.json").write_text("old")
+    with open(disk / "filler", "wb", buffering=0) as fh, contextlib.suppress(OSError):
+        while True:  # until ENOSPC: every block left is taken
+            fh.write(b"\0" * 4096)
+    path, why = run_registry.register(disk / "state", disk / "results")
+    assert path is None
+    assert "could not record this run" in why
+    assert "No space left on device" in why
+    with pytest.raises(OSError, match="No space left"):
+        atomic_write_text(disk / "results" / "results.json", "x" * (64 << 10))
+    assert (disk / "results" / "results.json").read_text() == "old"  # the old file, never a torn one
+    assert [p.name for p in (disk / "results").iterdir()] == ["results.json"]  # no temp file left
