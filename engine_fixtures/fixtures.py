@@ -11,8 +11,9 @@ Settings and isolation:
 
 Engine:
 - ``perf_model_dir`` (session): ``--perf-model`` if given (validated), else a generated dummy-weight dir.
-- ``engine_factory`` (session): starts or reuses engines by ``EngineSpec.key``; stops all of them at
-  session end (leak-checked).
+- ``engine_factory`` (session): starts or reuses engines by ``EngineSpec.launch_key`` (a new quota is set on
+  the live engine's cgroup); stops all of them at session end (leak-checked).
+- ``perf_load`` (session): the one load client of the session, pinned apart from the engines.
 - ``engine``: parametrised indirectly, ``@pytest.mark.parametrize("engine", [spec_or_overrides],
   indirect=True)``, where the parameter is an ``EngineSpec`` or a dict of its fields (``model`` defaults
   to ``perf_model_dir``, ``gpus`` to ``--perf-gpus``); see ``engine.params``. A failing test that used it
@@ -49,6 +50,8 @@ from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.isolation.cgroups import CpuQuota, probe_quota_support
 from engine_fixtures.isolation.leaks import LeakSnapshot, no_leaks
+from engine_fixtures.isolation.pinning import cpu_split
+from engine_fixtures.loadgen.stream import LoadStream
 from engine_fixtures.model.modeldir import check_model_dir, write_model_dir
 from engine_fixtures.options import SETTINGS_KEY, Settings
 from engine_fixtures.report import sections
@@ -56,6 +59,7 @@ from engine_fixtures.report.recorder import InvariantJudge, PerfRecorder, sessio
 from engine_fixtures.report.session import get_session
 from engine_fixtures.scenarios.engine_runner import EngineScenarioRunner
 from engine_fixtures.scenarios.registry import ScenarioResults, results_of
+from engine_fixtures.scenarios.runs import SessionLoad
 
 if TYPE_CHECKING:
     from engine_fixtures.scenarios.mechanism import MechScenario
@@ -111,12 +115,14 @@ def perf_model_dir(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPat
 
 
 @pytest.fixture(scope="session")
-def engine_factory(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineFactory]:
-    """Starts or reuses engines keyed by spec; stops all of them at session end (leak-checked)."""
+def engine_factory(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory,
+                   cgroup_support: str | None) -> Iterator[EngineFactory]:
+    """Starts or reuses engines by launch; stops all of them at session end (leak-checked). Where quotas work,
+    every engine gets a cgroup sandbox, so a scenario with another quota reuses the live engine."""
     settings = pytestconfig.stash[SETTINGS_KEY]
     session = get_session(pytestconfig)
     factory = EngineFactory(tmp_path_factory.mktemp("engines"), settings.engine_timeout,
-                            on_finding=session.findings.append)
+                            on_finding=session.findings.append, sandbox=cgroup_support is None)
     try:
         yield factory
     finally:
@@ -164,12 +170,22 @@ def perf_mechanism(pytestconfig: pytest.Config, perf_results: ScenarioResults) -
     return run
 
 
+@pytest.fixture(scope="session")
+def perf_load(pytestconfig: pytest.Config) -> Iterator[SessionLoad]:
+    """The session's one load client (``loadgen.stream.LoadStream``) on its own CPUs (``--perf-engine-cpus``,
+    ``--perf-client-cpus``), and the window plan; stopped at session end."""
+    settings = pytestconfig.stash[SETTINGS_KEY]
+    split = cpu_split(settings.engine_cpus, settings.client_cpus)
+    with LoadStream(cpus=split.client) as stream:
+        yield SessionLoad(stream, settings, split)
+
+
 @pytest.fixture
 def perf_engine(request: pytest.FixtureRequest, engine_factory: EngineFactory, perf_record: PerfRecorder,
-                perf_results: ScenarioResults) -> EngineScenarioRunner:
+                perf_results: ScenarioResults, perf_load: SessionLoad) -> EngineScenarioRunner:
     """``perf_engine(scenario) -> list[Verdict]`` (``scenarios.engine_runner``)."""
     return EngineScenarioRunner(request, engine_factory, perf_record, perf_results,
-                                request.getfixturevalue("perf_model_dir"))
+                                request.getfixturevalue("perf_model_dir"), perf_load)
 
 
 # ---------------------------------------------------------------------------------------------- judging

@@ -57,6 +57,22 @@ def parse_positive_float(text: str) -> float:
     return value
 
 
+def parse_nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def parse_cpus_setting(text: str) -> tuple[int, ...] | str:
+    """``auto``, ``off`` or a CPU list (``0-11``, ``0,2,4``)."""
+    low = text.strip().lower()
+    return low if low in ("auto", "off") else parse_cpu_list(text)
+
+
 def parse_percent(text: str) -> float:
     """``5`` or ``5%`` -> 0.05."""
     value = parse_positive_float(text.strip().rstrip("%"))
@@ -167,8 +183,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("inject", "Deliberate slowdowns or faults that prove the gates red (never recorded as baselines): "
            "slow:ARM=MS (mechanism producer spins MS ms per request) and copy:ARM=IMPL (arm copies with IMPL).",
            _parse_injection, None, "SPEC"),
-    Option("window_requests", "Measured requests per engine load window (the unit the engine tier's verdicts "
-           "count); warmup requests are extra.", parse_positive_int, 64, "N"),
+    Option("window_s", "Length of one engine measurement window in seconds (the unit the GPU tier's verdicts "
+           "count). Windows follow each other with no pause inside one load segment; a request counts in the window "
+           "it finished in.", parse_positive_float, 3.0, "S"),
+    Option("warmup_s", "Unmeasured load at the start of each engine load segment, in seconds (three times this on an "
+           "engine instance's first segment).", parse_nonnegative_float, 1.0, "S"),
+    Option("ab_blocks", "A/B: ABBA blocks measured on each fresh engine pair (--perf-ab-instances 2 or more; with one "
+           "pair, blocks follow --perf-repeats and --perf-max-repeats).", parse_positive_int, 2, "N"),
+    Option("engine_cpus", "CPUs for the engines, disjoint from the load client's: 'auto' pins on machines with 8 or "
+           "more visible CPUs (the client gets the last quarter, at least 2, unless --perf-client-cpus names them), "
+           "'off' pins nothing, or a list such as 0-11.", parse_cpus_setting, "auto", "auto|off|LIST"),
     Option("scale", "Size of the CPU-tier sweep: 'smoke' (CI, minutes) or 'full' (every arm).",
            parse_choice("smoke", "full"), "smoke", "smoke|full"),
     Option("model", "Model directory for GPU-tier engine tests (default: generate a dummy-weight one).", Path,
@@ -284,7 +308,10 @@ class Settings:
     candidate: str = "installed"
     ab_instances: int = 3
     inject: Injection | None = None
-    window_requests: int = 64
+    window_s: float = 3.0
+    warmup_s: float = 1.0
+    ab_blocks: int = 2
+    engine_cpus: tuple[int, ...] | str = "auto"
     scale: str = "smoke"
     model: Path | None = None
     model_shape: str = "tiny"

@@ -1,9 +1,12 @@
-"""Session-wide engine reuse: one live engine per ``EngineSpec.key``, leak-checked after every stop.
+"""Session-wide engine reuse: one live engine per ``EngineSpec.launch_key``, leak-checked after every stop.
 
-Engines are expensive (minutes on a GPU), so tests asking for the same spec share one. By default at
-most one engine is live (``max_live=1``): asking for another spec stops the previous one first, so two
-engines never compete for the GPU or the CPU quota. After every stop the factory asserts that no
-process, /dev/shm segment or cgroup outlived it (``leaks.LeakSnapshot``). An engine whose server process ignored
+Engines are expensive (half a minute to minutes on a GPU), so tests asking for the same launch share one: the
+CPU quota is not part of the launch (with ``sandbox=True`` every engine gets a cgroup sandbox, unlimited
+when its spec has no quota, and a later spec's quota is written to the live sandbox); concurrency, image size and
+request counts are the load's, never the engine's. By default at most one engine is live (``max_live=1``):
+asking for another launch stops the previous one first, so two engines never compete for the GPU or the CPU
+quota. ``get_many(specs)`` starts the engines it needs concurrently (an A/B pair). After every stop the factory
+asserts that no process, /dev/shm segment or cgroup outlived it (``leaks.LeakSnapshot``). An engine whose server process ignored
 SIGTERM for ``stop_grace_s`` is SIGKILLed, checked like any other, and then reported as ``ProcessStopError``:
 its shutdown is broken, and a test must not pass over that.
 """
@@ -12,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +25,7 @@ import psutil
 
 from engine_fixtures.engine.handle import SHM_MIN_FREE_MB, STOP_GRACE_S, EngineHandle, start_engine
 from engine_fixtures.engine.spec import EngineSpec
-from engine_fixtures.errors import ProcessCrashed, ProcessStopError
+from engine_fixtures.errors import ConfigError, ProcessCrashed, ProcessStopError
 from engine_fixtures.isolation.cgroups import PREFIX
 from engine_fixtures.isolation.leaks import Leaks, LeakSnapshot
 
@@ -52,7 +57,8 @@ class EngineFactory:
 
     def __init__(self, workroot: Path, deadline_s: float, *, python: str = sys.executable, max_live: int = 1,
                  on_finding: Callable[[str], None] | None = None, stop_grace_s: float = STOP_GRACE_S,
-                 shm_min_free_mb: float = SHM_MIN_FREE_MB):
+                 shm_min_free_mb: float = SHM_MIN_FREE_MB, sandbox: bool = False):
+        self.sandbox = sandbox
         self.stop_grace_s = stop_grace_s
         self.shm_min_free_mb = shm_min_free_mb
         self.on_finding = on_finding or (lambda _msg: None)
@@ -61,38 +67,89 @@ class EngineFactory:
         self.python = python
         self.max_live = max_live
         self.started = 0
+        self.quota_changes = 0
+        self._lock = threading.Lock()
         self._live: dict[str, _Live] = {}
 
     def live(self) -> tuple[EngineHandle, ...]:
         return tuple(v.handle for v in self._live.values())
 
     def get(self, spec: EngineSpec, *, port: int | None = None) -> EngineHandle:
-        """A ready engine for ``spec``: the live one if it is still running, else a fresh one."""
-        entry = self._live.get(spec.key)
-        if entry is not None:
-            try:
-                entry.handle.ensure_alive()
-                return entry.handle
-            except ProcessCrashed:
-                self.release(spec)  # a dead engine is never reused; its crash is reported by the test using it
-                raise
+        """A ready engine for ``spec``: the live one of its launch (its quota set to ``spec``'s), else a fresh one."""
+        live = self._reuse(spec)
+        if live is not None:
+            return live
         while len(self._live) >= self.max_live:
             self.release(next(iter(self._live.values())).handle.spec)
+        return self._start(spec, port)
+
+    def get_many(self, specs: Sequence[EngineSpec]) -> tuple[EngineHandle, ...]:
+        """Ready engines for ``specs`` (distinct launches), the missing ones started concurrently; ``max_live``
+        must allow them all. If any start fails, the others are stopped and the first error is raised."""
+        keys = [s.launch_key for s in specs]
+        if len(set(keys)) != len(keys):
+            raise ConfigError("get_many() needs distinct launches (give each spec its own name)")
+        if len(specs) > self.max_live:
+            raise ConfigError(f"get_many() of {len(specs)} engines with max_live={self.max_live}; raise max_live")
+        handles: dict[int, EngineHandle] = {}
+        for i, spec in enumerate(specs):
+            if (live := self._reuse(spec)) is not None:
+                handles[i] = live
+        missing = [i for i in range(len(specs)) if i not in handles]
+        while self._live and len(self._live) + len(missing) > self.max_live:
+            victim = next(v for v in self._live.values() if v.handle not in handles.values())
+            self.release(victim.handle.spec)
+        with ThreadPoolExecutor(max_workers=max(1, len(missing))) as pool:
+            futures = {i: pool.submit(self._start, specs[i], None) for i in missing}
+            errors = []
+            for i, fut in futures.items():
+                try:
+                    handles[i] = fut.result()
+                except BaseException as exc:
+                    errors.append(exc)
+        if errors:
+            for i in futures:
+                if i in handles:
+                    with contextlib.suppress(Exception):
+                        self.release(specs[i])
+            raise errors[0]
+        return tuple(handles[i] for i in range(len(specs)))
+
+    def _reuse(self, spec: EngineSpec) -> EngineHandle | None:
+        entry = self._live.get(spec.launch_key)
+        if entry is None:
+            return None
+        try:
+            entry.handle.ensure_alive()
+        except ProcessCrashed:
+            self.release(spec)  # a dead engine is never reused; its crash is reported by the test using it
+            raise
+        if entry.handle.spec.cpu_quota != spec.cpu_quota:
+            if entry.handle.quota is None:  # started without a sandbox: only a fresh start can carry a quota
+                self.release(spec)
+                return None
+            entry.handle.set_quota(spec.cpu_quota)
+            self.quota_changes += 1
+        return entry.handle
+
+    def _start(self, spec: EngineSpec, port: int | None) -> EngineHandle:
         before = LeakSnapshot.take(cgroup_prefix(spec))
-        self.started += 1
-        workdir = self.workroot / f"{self.started:02d}-{spec.key}"
+        with self._lock:
+            self.started += 1
+            workdir = self.workroot / f"{self.started:02d}-{spec.launch_key}"
         try:
             handle = start_engine(spec, workdir, deadline_s=self.deadline_s, python=self.python, port=port,
-                                  shm_min_free_mb=self.shm_min_free_mb)
+                                  shm_min_free_mb=self.shm_min_free_mb, sandbox=self.sandbox)
         except BaseException:
             self._check_leaks(spec, before)
             raise
-        self._live[spec.key] = _Live(handle, before)
+        with self._lock:
+            self._live[spec.launch_key] = _Live(handle, before)
         return handle
 
     def release(self, spec: EngineSpec) -> None:
         """Stop the engine for ``spec`` (if live) and check that it left nothing behind."""
-        entry = self._live.pop(spec.key, None)
+        entry = self._live.pop(spec.launch_key, None)
         if entry is None:
             return
         try:

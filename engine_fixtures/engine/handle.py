@@ -203,6 +203,20 @@ class EngineHandle:
                                    f"start the engine with the patch in its build (patch:NAME=MS)")
         return proof
 
+    @property
+    def instance(self) -> str:
+        """This engine instance's name (its work directory: start number and launch key)."""
+        return self.workdir.name
+
+    def set_quota(self, cores: float | None) -> None:
+        """Rewrite the live engine's CPU quota (cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``); the spec follows.
+        ConfigError when the engine was started without a cgroup sandbox (the factory then starts a fresh one)."""
+        if self.quota is None:
+            raise ConfigError(f"engine {self.instance} runs without a cgroup sandbox, so its CPU quota cannot change; "
+                              "start it with a sandbox (EngineFactory does when quotas are permitted)")
+        self.quota.set_cores(cores)
+        self.spec = self.spec.with_(cpu_quota=cores)
+
     # ------------------------------------------------------------------ stop
     def stop(self, grace_s: float = STOP_GRACE_S) -> StopReport:
         """Stop the whole tree (SIGTERM, SIGKILL after ``grace_s``), then remove the cgroup. Idempotent."""
@@ -226,6 +240,7 @@ def start_engine(
     python: str = sys.executable,
     port: int | None = None,
     shm_min_free_mb: float = SHM_MIN_FREE_MB,
+    sandbox: bool = False,
 ) -> EngineHandle:
     """Launch ``spec`` and wait until it is ready; see the module docstring for the error contract."""
     check_model_dir(Path(spec.model))
@@ -241,11 +256,13 @@ def start_engine(
     env = engine_env(spec, workdir, version)
     launch = LaunchSpec(
         tuple(spec.argv(spec.build.interpreter(python), port, version)), workdir / "engine.log", env, cwd=workdir,
-        name=spec.name
+        name=spec.name, cpus=spec.cpus
     )
     stack = ExitStack()
     try:
-        quota = stack.enter_context(CpuQuota(spec.cpu_quota, name=spec.name)) if spec.cpu_quota else None
+        # sandbox=True: a cgroup even without a quota (unlimited, accounted), so a later scenario can set one live
+        wanted = spec.cpu_quota is not None or sandbox
+        quota = stack.enter_context(CpuQuota(spec.cpu_quota, name=spec.name)) if wanted else None
         proc = Supervised.start(launch, sandbox=quota)
         stack.callback(proc.stop)  # runs before the cgroup is removed (LIFO)
         handle = EngineHandle(spec, proc, port, workdir, stack, quota, version)

@@ -53,7 +53,8 @@ class EngineSpec:
     load_format: str = "dummy"
     vlm_cache_mb: int = 0
     radix_cache: bool = False
-    cpu_quota: float | None = None
+    cpu_quota: float | None = None  # applied to the engine's cgroup sandbox; a live engine's quota can change
+    cpus: tuple[int, ...] | None = None  # CPU affinity of the whole engine tree (disjoint from the load client's)
     gpus: tuple[int, ...] = (0,)
     env_extra: tuple[tuple[str, str], ...] = ()
     enable_metrics: bool = True
@@ -120,8 +121,17 @@ class EngineSpec:
 
     @property
     def key(self) -> str:
-        """Stable hash of every field that changes the server (engines are reused by this key)."""
-        data = {k: v for k, v in asdict(self).items() if k != "meta"}
+        """Stable hash of every field of the spec, the quota included (what one measurement ran under)."""
+        return self._hash(())
+
+    @property
+    def launch_key(self) -> str:
+        """Stable hash of what the engine is launched with: every field but the CPU quota, which the factory
+        rewrites on a live engine's cgroup (engines are reused by this key)."""
+        return self._hash(("cpu_quota",))
+
+    def _hash(self, leave_out: tuple[str, ...]) -> str:
+        data = {k: v for k, v in asdict(self).items() if k != "meta" and k not in leave_out}
         blob = json.dumps(data, sort_keys=True, default=str)
         return self.name + "-" + hashlib.sha256(blob.encode()).hexdigest()[:12]
 

@@ -120,6 +120,10 @@ class Backend:
     def create(self, cores: float | None) -> None:
         raise NotImplementedError
 
+    def limit(self, cores: float | None) -> None:
+        """Set (or lift, None) the quota of the existing cgroup; the kernel applies it to live processes."""
+        raise NotImplementedError
+
     def stat(self) -> CpuStat:
         raise NotImplementedError
 
@@ -166,6 +170,9 @@ class V2Backend(Backend):
     def create(self, cores: float | None) -> None:
         self._enable_cpu()
         self.paths[0].mkdir()
+        self.limit(cores)
+
+    def limit(self, cores: float | None) -> None:
         (self.paths[0] / "cpu.max").write_text(format_cpu_max(cores))
 
     def stat(self) -> CpuStat:
@@ -187,9 +194,11 @@ class V1Backend(Backend):
     def create(self, cores: float | None) -> None:
         for p in self.paths:
             p.mkdir()
-        cpu = self.paths[0]
-        (cpu / "cpu.cfs_period_us").write_text(str(PERIOD_US))
-        (cpu / "cpu.cfs_quota_us").write_text("-1" if cores is None else str(_quota_us(cores, PERIOD_US)))
+        (self.paths[0] / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+        self.limit(cores)
+
+    def limit(self, cores: float | None) -> None:
+        (self.paths[0] / "cpu.cfs_quota_us").write_text("-1" if cores is None else str(_quota_us(cores, PERIOD_US)))
 
     def stat(self) -> CpuStat:
         kv = _read_kv(self.paths[0] / "cpu.stat")
@@ -338,6 +347,21 @@ class CpuQuota:
             if survivors or time.monotonic() > deadline:
                 raise LeakError(f"processes {list(survivors or pids)} survived SIGKILL in cgroup {self.path} for "
                                 f"{timeout_s} s (uninterruptible sleep?); see ps -o pid,stat,wchan -p ...")
+
+    def set_cores(self, cores: float | None) -> None:
+        """Change the quota of the live sandbox (None: unlimited); its processes stay where they are."""
+        if cores is not None and not cores > 0:
+            raise ValueError(f"CpuQuota cores must be > 0 or None, got {cores!r}")
+        if not self._created:
+            raise ConfigError(f"cgroup {self.path} is not created; enter the CpuQuota before setting its quota")
+        try:
+            self._backend.limit(cores)
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:
+                raise ConfigError(f"the kernel rejected {cores} cores in {self.path} (EINVAL): above the parent's "
+                                  "quota? lower the quota") from None
+            raise
+        self.cores = cores
 
     def add_pid(self, pid: int) -> None:
         """Move process ``pid`` (all its threads) into this cgroup."""

@@ -103,6 +103,7 @@ class LaunchSpec:
     stdio: str = "log"
     text: bool = False
     new_session: bool = True
+    cpus: tuple[int, ...] | None = None  # CPU affinity of the child (inherited by its whole tree)
 
     def __post_init__(self) -> None:
         if not self.argv:
@@ -166,6 +167,15 @@ class Supervised:
         pipes = spec.stdio == "pipes"
         env = {**spec.env}
         env.setdefault(OWNER_ENV, current_owner().token)  # so a later run can find the tree if this run dies
+        join = sandbox.preexec_fn() if sandbox is not None else None
+        cpus = spec.cpus
+
+        def preexec() -> None:  # in the child, before exec: its whole tree inherits both
+            if join is not None:
+                join()
+            if cpus is not None:
+                os.sched_setaffinity(0, cpus)
+
         with open(spec.log_path, "wb") as log:
             try:
                 proc = subprocess.Popen(
@@ -173,7 +183,7 @@ class Supervised:
                     stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
                     stdout=subprocess.PIPE if pipes else log, stderr=log if pipes else subprocess.STDOUT,
                     text=spec.text and pipes, start_new_session=spec.new_session,
-                    preexec_fn=sandbox.preexec_fn() if sandbox is not None else None)
+                    preexec_fn=preexec if join is not None or cpus is not None else None)
             except FileNotFoundError as exc:
                 raise ProcessStartError(f"cannot start {spec.name}: {exc.filename!r} not found "
                                         f"(command: {spec.command}); check PATH in LaunchSpec.env") from None

@@ -108,6 +108,7 @@ _ALL: tuple[Metric, ...] = (
     _diag("throttled_ratio", "ratio", "nr_throttled / nr_periods over the window"),
     _diag("scheduling_delay_p99_ms", "ms", "p99 delay from a request's due time to its send"),
     _diag("achieved_concurrency", "req", "mean in-flight requests actually achieved"),
+    _diag("client_loop_lag_p99_ms", "ms", "p99 lateness of the load client's event-loop probe over its segment"),
     _diag("running_requests_mean", "req", "mean running requests the scheduler reported while loaded"),
 )
 

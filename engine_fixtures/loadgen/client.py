@@ -53,15 +53,18 @@ class _Counter:
     value = 0
 
 
-async def run_client(url: str, spec: WorkloadSpec, bodies: Sequence[bytes], counter: Any = None) -> RawRun:
-    """Send every body (warmup first) through ``spec.http_client`` and return the raw measurement.
-    Never raises for a request error: failures are recorded per request."""
+async def run_client(url: str, spec: WorkloadSpec, bodies: Sequence[bytes], counter: Any = None,
+                     driver: Any = None) -> RawRun:
+    """Send every body (warmup first) through ``spec.http_client`` and return the raw measurement; ``driver``
+    replaces the HTTP client's own (the load stream's time-bounded loop). Never raises for a request error:
+    failures are recorded per request."""
     counter = counter if counter is not None else _Counter()
-    if spec.http_client == "fast":
-        from engine_fixtures.loadgen.fast_client import FastDriver as Driver
-    else:
-        from engine_fixtures.loadgen.aiohttp_client import AiohttpDriver as Driver  # type: ignore[assignment]
-    driver = Driver(url, spec, bodies)  # pre-serialises what it can, before the clock
+    if driver is None:
+        if spec.http_client == "fast":
+            from engine_fixtures.loadgen.fast_client import FastDriver as Driver
+        else:
+            from engine_fixtures.loadgen.aiohttp_client import AiohttpDriver as Driver  # type: ignore[assignment]
+        driver = Driver(url, spec, bodies)  # pre-serialises what it can, before the clock
     rows: list[tuple[Any, ...]] = []
     origin = time.perf_counter()
     cpu0 = time.process_time()

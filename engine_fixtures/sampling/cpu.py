@@ -18,6 +18,7 @@ import psutil
 
 from engine_fixtures.errors import ConfigError, MeasurementError
 from engine_fixtures.sampling.base import TickedWindow, Ticker, require_closed
+from engine_fixtures.sampling.series import Counter
 
 RolesFn = Callable[[], Mapping[str, Sequence[int]]]
 TOTAL = "total"
@@ -92,6 +93,7 @@ class CpuSampler(TickedWindow):
         self._wall_s = 0.0
         self._closed = False
         self._failure: str | None = None
+        self.used = Counter()  # CPU seconds used per role since the window opened, at every reading
 
     @property
     def self_cpu_s(self) -> float:
@@ -188,6 +190,8 @@ class CpuSampler(TickedWindow):
             fresh = [v for p in live if (v := percent[p]) is not None]
             if fresh:
                 acc.percent.append(sum(fresh))
+        self.used.add(now, {role: sum(self._tracked[p].last_s - self._tracked[p].base_s for p in acc.pids)
+                            for role, acc in self._acc.items()})
 
     def _read(self, pid: int, now: float, slow: bool) -> tuple[bool, float | None]:
         """Update ``pid``'s reading: (alive, top-style % since its previous reading, None on the first
@@ -215,6 +219,20 @@ class CpuSampler(TickedWindow):
         pct = 100.0 * (now_s - tracked.last_s) / dt if dt > 0 else None
         tracked.last_s, tracked.read_at = now_s, now
         return True, pct
+
+    def cut(self, t0: float, t1: float) -> dict[str, float]:
+        """``cpu.<role>.cores`` (and the shares) over ``[t0, t1]`` inside a closed window (``time.monotonic()``)."""
+        require_closed(self.name, self._closed, self._failure)
+        out: dict[str, float] = {}
+        for role in self.used.keys():  # noqa: SIM118 (a Counter's keys, not a dict)
+            if not self._acc[role].pids:
+                continue
+            cores = self.used.delta(role, t0, t1) / (t1 - t0)
+            out[f"cpu.{role}.cores"] = cores
+            out[f"cpu.{role}.share_of_cpus"] = cores / self.visible_cpus
+            if self.quota_cores is not None:
+                out[f"cpu.{role}.share_of_quota"] = cores / self.quota_cores
+        return out
 
     def summary(self) -> dict[str, float]:
         require_closed(self.name, self._closed, self._failure)

@@ -9,6 +9,7 @@ NVML's session live in ``engine_fixtures.nvml``.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 
@@ -18,6 +19,7 @@ import pynvml
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.nvml import MIB, NOT_COLLECTED, nvml_session, unavailable_reason
 from engine_fixtures.sampling.base import TickedWindow, Ticker, require_closed
+from engine_fixtures.sampling.series import Gauge
 
 PidsFn = Callable[[], Mapping[str, Sequence[int]] | Sequence[int]]
 
@@ -54,6 +56,7 @@ class GpuSampler(TickedWindow):
         self._closed = False
         self._failure: str | None = None
         self._exit = contextlib.ExitStack()
+        self.util = Gauge()  # mean utilisation over the listed GPUs, per reading
 
     def available(self) -> str | None:
         try:
@@ -81,8 +84,11 @@ class GpuSampler(TickedWindow):
 
     def _sample(self) -> None:
         per_pid: dict[int, float | None] = {}
+        now = time.monotonic()
+        util = [float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu) for h in self._handles]
+        self._util.extend(util)
+        self.util.add(now, float(np.mean(util)))
         for h in self._handles:
-            self._util.append(float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
             self._mem.append(pynvml.nvmlDeviceGetMemoryInfo(h).used / MIB)
             self._clock.append(float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)))
             if self._power_ok:
@@ -112,6 +118,11 @@ class GpuSampler(TickedWindow):
                 continue
             total = sum(v for v in seen if v is not None)
             self._proc_mem[key] = max(self._proc_mem.get(key, 0.0), total)
+
+    def cut(self, t0: float, t1: float) -> dict[str, float]:
+        """``gpu.util.mean`` over the readings inside ``[t0, t1)`` of a closed window."""
+        require_closed(self.name, self._closed, self._failure)
+        return {"gpu.util.mean": float(self.util.between(t0, t1, "GPU utilisation").mean())}
 
     def summary(self) -> dict[str, float]:
         require_closed(self.name, self._closed, self._failure)

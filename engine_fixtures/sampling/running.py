@@ -10,6 +10,7 @@ without ``--enable-metrics``).
 
 from __future__ import annotations
 
+import time
 from types import TracebackType
 
 import numpy as np
@@ -17,6 +18,7 @@ import numpy as np
 from engine_fixtures.engine.prometheus import scrape
 from engine_fixtures.errors import ConfigError, MeasurementError
 from engine_fixtures.sampling.base import Ticker, require_closed
+from engine_fixtures.sampling.series import Gauge
 
 GAUGE = "sglang:num_running_reqs"
 SCRAPE_TIMEOUT_S = 2.0
@@ -28,6 +30,7 @@ class RunningRequestsSampler:
     def __init__(self, url: str, interval_s: float = 0.2) -> None:
         self.url = url
         self._values: list[float] = []
+        self.series = Gauge()
         self._ticker = Ticker(self.name, self._tick, interval_s)
         self._closed = False
 
@@ -41,7 +44,9 @@ class RunningRequestsSampler:
     def _tick(self) -> None:
         snap = scrape(self.url, SCRAPE_TIMEOUT_S)
         snap.total(GAUGE)  # raises, naming the fix, when the gauge is not exported
-        self._values.append(max(v for _labels, v in snap.samples[GAUGE]))
+        value = max(v for _labels, v in snap.samples[GAUGE])
+        self._values.append(value)
+        self.series.add(time.monotonic(), value)
 
     def __enter__(self) -> RunningRequestsSampler:
         self._ticker.start()
@@ -51,6 +56,11 @@ class RunningRequestsSampler:
                  tb: TracebackType | None) -> None:
         self._ticker.stop()
         self._closed = True
+
+    def cut(self, t0: float, t1: float) -> dict[str, float]:
+        require_closed(self.name, self._closed)
+        v = self.series.between(t0, t1, "running-requests")
+        return {"running.max": float(v.max()), "running.mean": float(v.mean())}
 
     def summary(self) -> dict[str, float]:
         require_closed(self.name, self._closed)

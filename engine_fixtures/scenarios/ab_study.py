@@ -1,17 +1,21 @@
 """How sensitive is the paired A/B gate on a real engine? Inject slowdowns of known size and count detections.
 
-    python -m engine_fixtures.scenarios.ab_study --model DIR --scenario cuda_ipc-cache=on \\
-        --sizes 0,5,10,20 --blocks 12 --trial-blocks 4 --window-requests 32 --out DIR
+    python -m engine_fixtures.scenarios.ab_study --model DIR --scenario cpu-copy=buffer-quota --sizes 0,10,20 \\
+        --pairs 3 --budget-s 540 --out DIR [--engine-cpus 0-11 --client-cpus 12-15]
 
-Two engines of the installed SGLang share the GPU: the reference, and a candidate carrying the named patch
-``slow-scheduler`` (a CPU spin in every ``Scheduler.run_batch``). The reference's TPOT is measured first;
-for each size S (percent) the candidate's spin is set live to S % of that TPOT (``EngineHandle.set_patch``,
-verified through the proof), then ``--blocks`` ABBA blocks are measured. Every run of ``--trial-blocks``
-consecutive blocks is one trial, judged by the gate's own sequential rule (first look after 3 blocks, one
-more block per look, budget = trial blocks): the detection rate per size is the share of trials judged
-``regression`` (size 0 is two identical builds: the false-alarm rate). All blocks of a size together are
-also judged as one long comparison. The realised change is what the long comparison measured.
-Writes ``ab_study.json`` and prints the table.
+Each group starts, concurrently, fresh engines of the installed SGLang: the reference and one candidate per size
+S, each candidate carrying the named patch ``slow-scheduler`` (a CPU spin in every ``Scheduler.run_batch``). On
+the first group the reference's TPOT is measured and each candidate's spin is set live to S % of it
+(``EngineHandle.set_patch``, verified through the proof); later groups reuse those milliseconds. A block measures
+one-window segments in the mirrored order R C1 .. Ck Ck .. C1 R, so the reference and every candidate sit at the
+same mean position and a linear drift cancels; each block gives every size one paired effect (``block_effects``).
+
+A trial is ``--pairs`` consecutive groups: for each size its blocks are judged by the A/B gate itself
+(``runs.judge_blocks`` with the engine pair as the unit, at the alpha of the gate's first look with
+``--perf-ab-instances`` = pairs), so a trial is what one default A/B run decides at its first look; a trial left
+undecided there is counted as undecided, not as a detection. Size 0 is a candidate with a zero spin: two builds
+that do the same work, so its regression verdicts are false alarms. Trials of one group of engines share the
+reference, unlike a production A/B pair; this is said in the table. Writes ``ab_study.json`` as it goes.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,12 +32,16 @@ from rich.table import Table
 
 from engine_fixtures.engine.build import EngineBuild, with_patch
 from engine_fixtures.engine.factory import EngineFactory
-from engine_fixtures.judge.sequential import Budget, measure_until_decided
+from engine_fixtures.isolation.cgroups import configure_parent
+from engine_fixtures.isolation.pinning import cpu_split
+from engine_fixtures.judge.metrics import metric
+from engine_fixtures.judge.sequential import Budget
+from engine_fixtures.loadgen.stream import LoadStream
+from engine_fixtures.options import Settings, parse_cpu_list, parse_cpus_setting
 from engine_fixtures.scenarios.engine import EngineScenario
-from engine_fixtures.scenarios.runs import judge_blocks
-from engine_fixtures.scenarios.window import measure_window
+from engine_fixtures.scenarios.runs import SessionLoad, judge_blocks
+from engine_fixtures.scenarios.timeline import Timeline
 
-METRICS = ("tpot_p50_ms", "requests_per_s", "output_tokens_per_s", "ttft_p50_ms")
 PATCH = "slow-scheduler"
 SCENARIOS = {s.id: s for s in (EngineScenario("cuda_ipc-cache=on", transport="cuda_ipc", ipc_cache="on"),
                                EngineScenario("cpu-copy=buffer", transport="cpu", copy="buffer"),
@@ -41,84 +49,114 @@ SCENARIOS = {s.id: s for s in (EngineScenario("cuda_ipc-cache=on", transport="cu
                                               quota="quarter"))}
 
 
-def trial_statuses(blocks: Sequence[list], trial_blocks: int) -> list[dict[str, str]]:
-    """Each run of ``trial_blocks`` consecutive blocks judged with the sequential rule (3 blocks, +1 per look)."""
-    out = []
-    for start in range(0, len(blocks) - trial_blocks + 1, trial_blocks):
-        chunk = blocks[start:start + trial_blocks]
-        budget = Budget(min(3, trial_blocks), 1, trial_blocks)
-        seen: list = []
-        last: dict[str, str] = {}
-
-        def measure(n: int, chunk: Sequence[list] = chunk, seen: list = seen) -> None:
-            seen.extend(chunk[len(seen):len(seen) + n])
-
-        def undecided(alpha: float, seen: list = seen, last: dict = last, cap: int = trial_blocks) -> list[str]:
-            verdicts = judge_blocks(seen, cap, alpha, None)
-            last.clear()
-            last.update({v.metric: v.status for v in verdicts})
-            return [v.metric for v in verdicts if v.status == "inconclusive"]
-
-        measure_until_decided(budget, measure, undecided)
-        out.append(dict(last))
-    return out
+def mirrored(k: int) -> list[int]:
+    """Block order over the reference (0) and candidates 1..k: 0 1 .. k k .. 1 0."""
+    return [0, *range(1, k + 1), *range(k, 0, -1), 0]
 
 
-def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], blocks: int, trial_blocks: int,
-        window_requests: int, out: Path, gpus: tuple[int, ...] = (0,)) -> dict:
-    workload = scenario.workload(window_requests)
-    ref_spec = scenario.spec(model, gpus, EngineBuild(), 0.3)
-    cand_spec = scenario.spec(model, gpus, with_patch(EngineBuild(), {PATCH: 0.0}), 0.3).with_(name="sglang-candidate")
-    report: dict = {"scenario": scenario.id, "window_requests": window_requests, "blocks": blocks,
-                    "trial_blocks": trial_blocks, "sizes": {}}
-    factory = EngineFactory(out / "engines", deadline_s=900.0, max_live=2)
-    try:
-        ref, cand = factory.get(ref_spec), factory.get(cand_spec)
-        calib = [measure_window(ref, workload, proof=False) for _ in range(2)]
-        tpot = sum(w["tpot_p50_ms"] for w in calib) / len(calib)
-        report["reference_tpot_ms"] = tpot
-        for size in sizes:
-            spin = tpot * size / 100.0
-            cand.set_patch({PATCH: spin})
-            seq: list = []
-            for b in range(blocks):
-                order = "ABBA" if b % 2 == 0 else "BAAB"
-                seq.append([(who, measure_window(ref if who == "A" else cand, workload, proof=False))
-                            for who in order])
-            long = {v.metric: v for v in judge_blocks(seq, blocks, Budget.fixed(blocks).alpha_per_look(), None)}
-            trials = trial_statuses(seq, trial_blocks)
-            report["sizes"][str(size)] = {
-                "spin_ms": spin,
-                "long": {m: {"status": long[m].status, "delta": long[m].delta, "detectable": long[m].detectable}
-                         for m in METRICS if m in long},
-                "trials": [{m: t.get(m) for m in METRICS} for t in trials],
-                "windows": [[who, w] for blk in seq for who, w in blk]}
-            (out / "ab_study.json").write_text(json.dumps(report, indent=1))
-    finally:
-        factory.close()
+def size_blocks(block: Sequence[tuple[int, dict[str, float]]], i: int) -> list[tuple[str, dict[str, float]]]:
+    """Candidate ``i``'s view of a mirrored block: the reference's windows as A, its own as B."""
+    return [("A" if who == 0 else "B", w) for who, w in block if who in (0, i)]
+
+
+def judge_trial(blocks: Sequence[Sequence[tuple[int, dict[str, float]]]], groups: Sequence[int], i: int,
+                pairs: int) -> dict[str, dict]:
+    """Candidate ``i`` against the reference over one trial's blocks, judged as the default A/B's first look."""
+    budget = Budget(pairs, 1, 2 * pairs)
+    verdicts = judge_blocks([size_blocks(b, i) for b in blocks], budget.maximum, budget.alpha_per_look(), None,
+                            list(groups))
+    return {v.metric: {"status": v.status, "delta": v.delta} for v in verdicts}
+
+
+def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: int, blocks: int, budget_s: float,
+        settings: Settings, out: Path) -> dict:
+    t_start = time.monotonic()
+    split = cpu_split(settings.engine_cpus, settings.client_cpus)
+    k = len(sizes)
+    mem = min(0.3, 0.8 / (k + 1))
+    ref_spec = scenario.spec(model, settings.gpus, EngineBuild(), mem, cpus=split.engine)
+    cand_specs = [scenario.spec(model, settings.gpus, with_patch(EngineBuild(), {PATCH: 0.0}), mem, cpus=split.engine)
+                  for _ in sizes]
+    report: dict = {"scenario": scenario.id, "sizes": list(sizes), "pairs_per_trial": pairs, "blocks_per_group": blocks,
+                    "window_s": settings.window_s, "warmup_s": settings.warmup_s, "cpus": split.describe(),
+                    "groups": [], "trials": []}
+    factory = EngineFactory(out / "engines", deadline_s=600.0, max_live=k + 1)
+    spin: list[float] | None = None
+    g = 0
+    with LoadStream(cpus=split.client) as stream:
+        load = SessionLoad(stream, settings, split)
+        try:
+            while True:
+                elapsed = time.monotonic() - t_start
+                per_group = (elapsed / g) if g else 0.0
+                if g and elapsed + per_group > budget_s:
+                    break
+                timeline = Timeline()
+                specs = [ref_spec.with_(name=f"sglang-ref{g}")] + [c.with_(name=f"sglang-c{j}g{g}")
+                                                                    for j, c in enumerate(cand_specs)]
+                with timeline.span("engine", f"group {g}"):
+                    engines = factory.get_many(specs)
+                if spin is None:
+                    cal = load.windows(engines[0], scenario, 2, timeline)
+                    tpot = sum(w["tpot_p50_ms"] for w in cal) / len(cal)
+                    spin = [tpot * s / 100.0 for s in sizes]
+                    report["reference_tpot_ms"] = tpot
+                    report["spin_ms"] = spin
+                for engine, ms in zip(engines[1:], spin, strict=True):
+                    engine.set_patch({PATCH: ms})
+                group_blocks = []
+                for _ in range(blocks):
+                    group_blocks.append([(who, load.windows(engines[who], scenario, 1, timeline)[0])
+                                         for who in mirrored(k)])
+                with timeline.span("stop", "stop group"):
+                    for spec in specs:
+                        factory.release(spec)
+                timeline.close()
+                report["groups"].append({"blocks": group_blocks, "instances": [e.instance for e in engines],
+                                         "timeline": timeline.to_json()["summary"]})
+                g += 1
+                if g % pairs == 0:
+                    trial_groups = report["groups"][g - pairs:g]
+                    flat = [b for grp in trial_groups for b in grp["blocks"]]
+                    ids = [j for j, grp in enumerate(trial_groups) for _ in grp["blocks"]]
+                    report["trials"].append({str(s): judge_trial(flat, ids, i + 1, pairs) for i, s in enumerate(sizes)})
+                report["elapsed_s"] = time.monotonic() - t_start
+                (out / "ab_study.json").write_text(json.dumps(report, indent=1))
+        finally:
+            factory.close()
     return report
 
 
+JUDGED = ("requests_per_s", "tpot_p50_ms", "ttft_p50_ms")
+
+
 def render(report: dict) -> Table:
-    table = Table(title=f"A/B detection on {report['scenario']}: candidate spins S% of the reference TPOT "
-                        f"({report['reference_tpot_ms']:.2f} ms) per scheduler step; trials of "
-                        f"{report['trial_blocks']} ABBA blocks")
-    for col in ("S", "spin ms", "realised TPOT", "realised req/s", "TPOT flagged", "req/s flagged", "long run"):
+    n = len(report["trials"])
+    table = Table(title=f"A/B detection on {report['scenario']}: {n} trial(s) of {report['pairs_per_trial']} fresh "
+                        f"engine groups each (one reference shared by the candidates of a group); candidate spins S% "
+                        f"of the reference TPOT ({report.get('reference_tpot_ms', float('nan')):.2f} ms) per "
+                        "scheduler step")
+    for col in ("S", "spin ms", "realised TPOT", "realised req/s", "TPOT regression", "req/s regression",
+                "TTFT p50 regression", "any judged metric regression", "undecided (TPOT)"):
         table.add_column(col)
-    for size, row in report["sizes"].items():
-        trials = row["trials"]
+    for i, size in enumerate(report["sizes"]):
+        rows = [t[str(size)] for t in report["trials"]]
 
-        def rate(metric: str, trials: list = trials) -> str:
-            hits = sum(t.get(metric) == "regression" for t in trials)
-            other = sum(t.get(metric) not in ("regression", "pass") for t in trials)
-            return f"{hits}/{len(trials)}" + (f" ({other} undecided)" if other else "")
+        def count(m: str, status: str = "regression", rows: list = rows) -> str:
+            return f"{sum(r.get(m, {}).get('status') == status for r in rows)}/{len(rows)}"
 
-        long = row["long"]
-        realised = {m: long.get(m, {}).get("delta") for m in ("tpot_p50_ms", "requests_per_s")}
-        summary = ", ".join(f"{m} {v['status']}" for m, v in long.items() if m in ("tpot_p50_ms", "requests_per_s"))
-        table.add_row(size, f"{row['spin_ms']:.3f}", _pct(realised["tpot_p50_ms"]), _pct(realised["requests_per_s"]),
-                      rate("tpot_p50_ms"), rate("requests_per_s"), summary)
+        anyreg = sum(any(v["status"] == "regression" for name, v in r.items() if metric(name).judged) for r in rows)
+        realised = {m: _mean([r[m]["delta"] for r in rows if m in r]) for m in ("tpot_p50_ms", "requests_per_s")}
+        spin = report.get("spin_ms", [math.nan] * len(report["sizes"]))[i]
+        table.add_row(f"{size:g}%", f"{spin:.3f}", _pct(realised["tpot_p50_ms"]), _pct(realised["requests_per_s"]),
+                      count("tpot_p50_ms"), count("requests_per_s"), count("ttft_p50_ms"), f"{anyreg}/{len(rows)}",
+                      count("tpot_p50_ms", "inconclusive"))
     return table
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    return sum(xs) / len(xs) if xs else None
 
 
 def _pct(x: float | None) -> str:
@@ -128,17 +166,27 @@ def _pct(x: float | None) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, required=True)
-    ap.add_argument("--scenario", default="cuda_ipc-cache=on", choices=sorted(SCENARIOS))
-    ap.add_argument("--sizes", default="0,5,10,20")
-    ap.add_argument("--blocks", type=int, default=12)
-    ap.add_argument("--trial-blocks", type=int, default=4)
-    ap.add_argument("--window-requests", type=int, default=32)
-    ap.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="ab-study-")))
+    ap.add_argument("--scenario", default="cpu-copy=buffer-quota", choices=sorted(SCENARIOS))
+    ap.add_argument("--sizes", default="0,10,20")
+    ap.add_argument("--pairs", type=int, default=3, help="engine groups per trial (the A/B's instance pairs)")
+    ap.add_argument("--blocks", type=int, default=1, help="mirrored blocks per group")
+    ap.add_argument("--budget-s", type=float, default=540.0, help="start no group that would end past this")
+    ap.add_argument("--window-s", type=float, default=3.0)
+    ap.add_argument("--warmup-s", type=float, default=0.5)
+    ap.add_argument("--engine-cpus", default="auto")
+    ap.add_argument("--client-cpus", default=None)
+    ap.add_argument("--cgroup-parent", type=Path, default=None)
+    ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    report = run(args.model, SCENARIOS[args.scenario], [float(s) for s in args.sizes.split(",")], args.blocks,
-                 args.trial_blocks, args.window_requests, args.out)
-    Console(width=200).print(render(report))
+    if args.cgroup_parent is not None:
+        configure_parent(args.cgroup_parent)
+    settings = Settings(window_s=args.window_s, warmup_s=args.warmup_s,
+                        engine_cpus=parse_cpus_setting(args.engine_cpus),
+                        client_cpus=parse_cpu_list(args.client_cpus) if args.client_cpus else None)
+    report = run(args.model, SCENARIOS[args.scenario], [float(s) for s in args.sizes.split(",")], args.pairs,
+                 args.blocks, args.budget_s, settings, args.out)
+    Console(width=220).print(render(report))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,10 @@ def quota_cores(quota: str | float | None) -> float | None:
     return cores
 
 
+DEFAULT_IMAGE_PX = 448
+DEFAULT_OUTPUT_TOKENS = 32
+
+
 @dataclass(frozen=True)
 class EngineScenario:
     id: str
@@ -42,8 +46,8 @@ class EngineScenario:
     ipc_cache: str = "stock"
     quota: str | float | None = None
     concurrency: int = 16
-    image_px: int = 448
-    output_tokens: int = 32
+    image_px: int = DEFAULT_IMAGE_PX
+    output_tokens: int = DEFAULT_OUTPUT_TOKENS
     tp: int = 1
     pp: int = 1
     max_running_requests: int | None = None
@@ -56,26 +60,39 @@ class EngineScenario:
     proof: bool = True
 
     def spec(self, model: Path, gpus: tuple[int, ...], build: EngineBuild | None = None,
-             mem_fraction_static: float | None = None) -> EngineSpec:
+             mem_fraction_static: float | None = None, cpus: tuple[int, ...] | None = None) -> EngineSpec:
         if len(gpus) < self.gpus:
             raise ConfigError(f"scenario {self.id} needs {self.gpus} GPU(s), --perf-gpus gives {gpus}")
         # Decode batches never exceed the client's concurrency: capturing CUDA graphs beyond it costs start time.
-        graph = ("--cuda-graph-max-bs", str(max(self.concurrency, 8)))
+        # A power-of-two bucket (at least 16) keeps one launch for C = 1, 4 and 16, so a concurrency sweep
+        # reuses one engine instead of starting one per point.
+        graph = ("--cuda-graph-max-bs", str(graph_bucket(self.concurrency)))
         return EngineSpec(model=model, mm_feature_transport=self.transport, copy=self.copy if self.transport == "cpu"
                           else "stock", ipc_cache=self.ipc_cache if self.transport == "cuda_ipc" else "stock",
                           cpu_quota=quota_cores(self.quota), tp=self.tp, pp=self.pp,
                           max_running_requests=self.max_running_requests,
                           pp_max_micro_batch_size=self.pp_max_micro_batch_size, gpus=tuple(gpus[: self.gpus]),
                           mem_fraction_static=mem_fraction_static or self.mem_fraction_static, extra_args=graph,
-                          build=build or EngineBuild(), launcher=self.launcher, proof=self.proof,
+                          build=build or EngineBuild(), launcher=self.launcher, proof=self.proof, cpus=cpus,
                           name="sglang" if self.launcher == SGLANG_LAUNCHER else "stub")
 
-    def workload(self, window_requests: int) -> WorkloadSpec:
-        return WorkloadSpec(num_requests=window_requests, concurrency=self.concurrency,
-                            warmup_requests=self.concurrency, image_resolution=(self.image_px, self.image_px),
-                            output_tokens=self.output_tokens)
+    def workload(self) -> WorkloadSpec:
+        """The load of this scenario's segments (closed loop; how long is the segment's, not the workload's)."""
+        return WorkloadSpec(num_requests=self.concurrency, concurrency=self.concurrency,
+                            image_resolution=(self.image_px, self.image_px), output_tokens=self.output_tokens)
 
     @staticmethod
-    def key(spec: EngineSpec, concurrency: int) -> str:
-        return "engine/" + "/".join(f"{k}={v}" for k, v in spec.arm.items()) + \
-            f"/model={spec.model.name}/c={concurrency}"
+    def key(spec: EngineSpec, scenario: EngineScenario) -> str:
+        """What was measured: the arm (quota included), the model, the load (image size and output length only
+        where they differ from the defaults, so keys recorded before they varied stay valid)."""
+        load = f"/c={scenario.concurrency}"
+        if scenario.image_px != DEFAULT_IMAGE_PX:
+            load += f"/px={scenario.image_px}"
+        if scenario.output_tokens != DEFAULT_OUTPUT_TOKENS:
+            load += f"/out={scenario.output_tokens}"
+        return "engine/" + "/".join(f"{k}={v}" for k, v in spec.arm.items()) + f"/model={spec.model.name}{load}"
+
+
+def graph_bucket(concurrency: int) -> int:
+    """The CUDA-graph batch size cap for a concurrency: the next power of two, at least 16."""
+    return max(16, 1 << (max(1, concurrency) - 1).bit_length())

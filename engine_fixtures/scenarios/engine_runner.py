@@ -1,19 +1,24 @@
 """``EngineScenarioRunner``: what the ``perf_engine`` fixture does with a declared ``EngineScenario``.
 
 ``perf_engine(scenario) -> list[Verdict]``:
-1. builds the scenario's ``EngineSpec`` for this machine (model, GPUs, ``--perf-cpu-quota``) and gets a ready
-   engine from the session's factory (engines are reused across scenarios with the same spec);
+1. builds the scenario's ``EngineSpec`` for this machine (model, GPUs, ``--perf-cpu-quota``, the engines' CPU
+   set) and gets a ready engine from the session's factory (engines are reused across scenarios with the same
+   launch: a different quota is written to the live engine's cgroup; concurrency and image size are the load's);
 2. checks the effective configuration read back from ``/server_info`` for hidden caps (``engine.lint``);
-3. measures until decided: against the pooled baseline (``runs.measure_history``), or, with
-   ``--perf-reference BUILD``, as a paired A/B against that build measured interleaved on this runner
-   (``runs.measure_ab``; ``--perf-candidate`` names the judged build, default the installed one);
-4. checks the arm proof (the requested copy / IPC-cache implementation really ran in the engine's processes);
+3. measures until decided, in back-to-back windows from the session's one load client (``runs.SessionLoad``):
+   against the pooled baseline (``runs.measure_history``), or, with ``--perf-reference BUILD``, as a paired A/B
+   against that build measured interleaved on this runner (``runs.measure_ab``; each pair's two engines start
+   together, in random order; ``--perf-candidate`` names the judged build, default the installed one);
+4. checks the arm proof (the requested copy / IPC-cache implementation really ran in the engine's processes: of
+   every A/B pair, before it is stopped);
 5. stores the result in the session registry (cross-arm invariants read it) and ends the test by its
    verdicts (``report.recorder``: regression fails; inconclusive and improvement fail in strict mode).
 """
 
 from __future__ import annotations
 
+import random
+import time
 from pathlib import Path
 
 import pytest
@@ -27,23 +32,25 @@ from engine_fixtures.engine.proof import assert_arm
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.report import sections
-from engine_fixtures.report.recorder import PerfRecorder, conclude, session_verdicts
+from engine_fixtures.report.recorder import PerfRecorder, conclude
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.registry import ScenarioResults
-from engine_fixtures.scenarios.runs import measure_ab, measure_history
+from engine_fixtures.scenarios.runs import SessionLoad, measure_ab, measure_history
+from engine_fixtures.scenarios.timeline import Timeline
 
 AB_MEM_FRACTION = 0.3  # two engines share one GPU during an A/B comparison
 
 
 class EngineScenarioRunner:
     def __init__(self, request: pytest.FixtureRequest, factory: EngineFactory, recorder: PerfRecorder,
-                 results: ScenarioResults, model: Path) -> None:
+                 results: ScenarioResults, model: Path, load: SessionLoad) -> None:
         self.request = request
         self.factory = factory
         self.recorder = recorder
         self.session = recorder.session
         self.results = results
         self.model = model
+        self.load = load
 
     @property
     def settings(self):  # type: ignore[no-untyped-def]
@@ -51,26 +58,45 @@ class EngineScenarioRunner:
 
     def spec(self, scenario: EngineScenario, build_text: str | None = None, mem: float | None = None) -> EngineSpec:
         build = parse_reference(build_text) if build_text else None
-        spec = scenario.spec(self.model, self.settings.gpus, build, mem)
+        spec = scenario.spec(self.model, self.settings.gpus, build, mem, cpus=self.load.split.engine)
         return apply_quota_setting(spec, self.settings.cpu_quota, self.settings.sources["cpu_quota"])
 
-    def _engine(self, spec: EngineSpec) -> EngineHandle:
-        engine = self.factory.get(spec)
-        sections.add_on_failure(self.request.node, f"engine log (tail) {spec.build.label}", engine.log_tail)
+    def _sections(self, engine: EngineHandle) -> EngineHandle:
+        sections.add_on_failure(self.request.node, f"engine log (tail) {engine.spec.build.label} {engine.instance}",
+                                engine.log_tail)
         return engine
+
+    def _engines(self, specs: list[EngineSpec], timeline: Timeline) -> tuple[EngineHandle, ...]:
+        """Ready engines for ``specs`` (started together when new); their starts and quota changes are timed."""
+        started, changes, t0 = self.factory.started, self.factory.quota_changes, time.monotonic()
+        engines = self.factory.get_many(specs) if len(specs) > 1 else (self.factory.get(specs[0]),)
+        t1 = time.monotonic()
+        names = ", ".join(e.instance for e in engines)
+        if self.factory.started > started:
+            timeline.add("engine", f"start {names}", t0, t1, names)
+        elif self.factory.quota_changes > changes:
+            timeline.add("quota", f"quota -> {specs[0].cpu_quota} on {names}", t0, t1, names)
+        return tuple(self._sections(e) for e in engines)
 
     def __call__(self, scenario: EngineScenario) -> list[Verdict]:
         __tracebackhide__ = True
         if self.settings.reference:
             return self.ab(scenario)
-        engine = self._engine(self.spec(scenario, self.settings.candidate))
+        timeline = Timeline()
+        (engine,) = self._engines([self.spec(scenario, self.settings.candidate)], timeline)
         if scenario.lint:
             check_caps(engine.config, scenario.concurrency)  # a hidden cap would make every number meaningless
-        result = measure_history(engine, scenario, self.settings, lambda r, a: session_verdicts(self.session, r, a))
+        # The stopping rule judges with the floor the final verdict uses (the marker's, else the session's).
+        result = measure_history(engine, scenario, self.settings, self.recorder.verdicts, self.load.windows,
+                                 timeline)
         if engine.spec.proof:
             assert_arm(engine.spec, engine.proof())
+        self._timeline(scenario, timeline)
         self.results.put(scenario.id, result)
         return self.recorder(result)
+
+    def _timeline(self, scenario: EngineScenario, timeline: Timeline) -> None:
+        self.request.node.add_report_section("call", "perf timeline", f"{scenario.id}: {timeline.describe()}")
 
     def ab(self, scenario: EngineScenario) -> list[Verdict]:
         __tracebackhide__ = True
@@ -78,29 +104,39 @@ class EngineScenarioRunner:
         cand_spec = self.spec(scenario, self.settings.candidate, AB_MEM_FRACTION)
         live = self.factory.max_live
         self.factory.max_live = max(live, 2)
-        started: list = []
+        timeline = Timeline()
+        started: list[EngineSpec] = []
+
+        def release_pair() -> None:
+            """Check the arm proof of the pair just measured, then stop it (a fresh start per pair)."""
+            with timeline.span("stop", "proof and stop of the previous pair"):
+                for spec in started:
+                    engine = self.factory.get(spec)
+                    if engine.spec.proof:
+                        assert_arm(engine.spec, engine.proof())
+                for spec in started:
+                    self.factory.release(spec)
+            started.clear()
 
         def pair(i: int):  # type: ignore[no-untyped-def]
-            for spec in started:  # the previous pair goes first: a fresh start of each build per pair
-                self.factory.release(spec)
-            started.clear()
-            ref = ref_spec.with_(name=f"{ref_spec.name}-ref{i}")
-            cand = cand_spec.with_(name=f"{cand_spec.name}-cand{i}")
-            started.extend((ref, cand))
-            engines = self._engine(ref), self._engine(cand)
+            release_pair()
+            specs = [ref_spec.with_(name=f"{ref_spec.name}-ref{i}"), cand_spec.with_(name=f"{cand_spec.name}-cand{i}")]
+            random.shuffle(specs)  # neither build always gets the first work directory, port or cgroup
+            started.extend(specs)
+            engines = self._engines(specs, timeline)
             for engine in engines:
                 if scenario.lint:
                     check_caps(engine.config, scenario.concurrency)
-            return engines[1], engines[0]
+            by_name = {e.spec.name: e for e in engines}
+            return by_name[f"{cand_spec.name}-cand{i}"], by_name[f"{ref_spec.name}-ref{i}"]
 
         try:
-            outcome = measure_ab(pair, scenario, self.settings, instances=self.settings.ab_instances)
-            for spec in started:
-                engine = self.factory.get(spec)
-                if engine.spec.proof:
-                    assert_arm(engine.spec, engine.proof())
+            outcome = measure_ab(pair, scenario, self.settings, self.load.windows, timeline,
+                                 instances=self.settings.ab_instances)
+            release_pair()
         finally:
             self.factory.max_live = live
+        self._timeline(scenario, timeline)
         self.session.reference = self.settings.reference or ""
         self.results.put(scenario.id, outcome.candidate)
         self.session.record(self.request.node.nodeid, outcome.candidate, outcome.verdicts, None)

@@ -1,74 +1,109 @@
 """Measure an engine scenario until its verdicts are decided: against the pooled baseline, or A/B.
 
-``measure_history(engine, scenario, settings, judge)``: windows of ``--perf-window-requests`` requests,
-``--perf-repeats`` first, then the same again while any metric's verdict (``judge(result, alpha)``) is
-inconclusive, up to ``--perf-max-repeats``. Returns the ``RunResult`` (arm proof checked by the caller).
+Windows come from ``SessionLoad.windows(engine, scenario, n, timeline)``: one load segment of ``n`` back-to-back
+windows of ``--perf-window-s`` from the session's one load client (``scenarios.segment``).
 
-``measure_ab(pair, scenario, settings, instances=R)``: a candidate and a reference engine live together (each
-with its own cgroup), windows in blocks A B B A / B A A B so drift and order hit both alike; each block gives
-one paired log-ratio (linear metrics: a difference) per metric. Two starts of one build differ (an A/A pair of
-engines on the H200 read +15.8 % TPOT apart over 8 blocks), so with ``R >= 2`` fresh engine pairs the pair is
-the unit of the interval; with one pair the blocks are, and the verdict says the instance offset is not in it.
-Returns both results and the paired verdicts (``judge.verdicts.judge_ab``).
+``measure_history(engine, scenario, settings, judge, windows, timeline)``: ``--perf-repeats`` windows first, then
+the same again while any metric's verdict (``judge(result, alpha)``) is inconclusive, up to
+``--perf-max-repeats``. Returns the ``RunResult`` (arm proof checked by the caller).
+
+``measure_ab(pair, scenario, settings, windows, timeline, instances=R)``: a candidate and a reference engine live
+together (each with its own cgroup), one-window segments in blocks A B B A / B A A B so drift and order hit both
+alike; each block gives one paired log-ratio (linear metrics: a difference) per metric. Two starts of one build
+differ (an A/A pair of engines on the H200 read +15.8 % TPOT apart over 8 blocks), so with ``R >= 2`` fresh
+engine pairs (``--perf-ab-blocks`` blocks each) the pair is the unit of the interval; with one pair the blocks
+are, and the verdict says the instance offset is not in it. Returns both results and the paired verdicts.
+
+Every result's metadata carries the arm's ``timeline`` (``scenarios.timeline``), the window length, the mean
+completed requests per window, and ``window_instance``: the engine instance that served each window.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from engine_fixtures.engine.handle import EngineHandle
+from engine_fixtures.isolation.pinning import CpuSplit
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.sequential import Budget, measure_until_decided
 from engine_fixtures.judge.verdicts import Verdict, judge_ab
+from engine_fixtures.loadgen.stream import LoadStream
 from engine_fixtures.options import Settings
 from engine_fixtures.scenarios.engine import EngineScenario
-from engine_fixtures.scenarios.window import measure_window
+from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
+from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.store.results import RunResult
 
+FIRST_WARMUP_FACTOR = 3.0  # an engine instance's first segment warms up longer (JIT, allocator, first batches)
+
+
+@dataclass
+class SessionLoad:
+    """The session's load: one long-lived client (``LoadStream``) and the window plan from the settings."""
+
+    stream: LoadStream
+    settings: Settings
+    split: CpuSplit = field(default_factory=lambda: CpuSplit(None, None))
+    warmed: set[str] = field(default_factory=set)
+
+    def windows(self, engine: EngineHandle, scenario: EngineScenario, n: int,
+                timeline: Timeline) -> list[dict[str, float]]:
+        first = engine.instance not in self.warmed
+        warmup = self.settings.warmup_s * (FIRST_WARMUP_FACTOR if first else 1.0)
+        plan = SegmentPlan(scenario.workload(), n, self.settings.window_s, warmup, self.settings.sample_hz)
+        out = measure_segment(engine, self.stream, plan, timeline, engine.instance)
+        self.warmed.add(engine.instance)
+        return out
+
+
 Judge = Callable[[RunResult, float], Sequence[Verdict]]
-Window = Callable[[EngineHandle], dict[str, float]]
+Windows = Callable[[EngineHandle, EngineScenario, int, Timeline], list[dict[str, float]]]
 
 
 def budget_of(settings: Settings) -> Budget:
     return Budget(settings.repeats, settings.repeats, max(settings.max_repeats, settings.repeats))
 
 
-def _window(scenario: EngineScenario, settings: Settings) -> Window:
-    workload = scenario.workload(settings.window_requests)
-    return lambda engine: measure_window(engine, workload, settings.client_cpus)
-
-
 def engine_result(engine: EngineHandle, scenario: EngineScenario, windows: list[dict[str, float]],
-                  extra: dict | None = None, suffix: str = "") -> RunResult:
+                  settings: Settings, extra: dict | None = None, suffix: str = "",
+                  timeline: Timeline | None = None, instances: Sequence[str] | None = None) -> RunResult:
+    """``instances``: the engine instance of each window (default: ``engine``'s for all)."""
     names = sorted({k for w in windows for k in w})
     samples = {n: tuple(w[n] for w in windows if n in w) for n in names}
+    done = [w["requests_per_s"] * settings.window_s for w in windows if "requests_per_s" in w]
+    instances = list(instances) if instances is not None else [engine.instance] * len(windows)
     meta = {"sglang_version": engine.version, "engine_key": engine.spec.key, "ready_s": engine.ready_s,
             "build": engine.spec.build.label, "log": str(engine.log_path), "scenario_id": scenario.id,
-            "window_requests": windows and len(windows), **(extra or {})}
-    return RunResult(EngineScenario.key(engine.spec, scenario.concurrency) + suffix, engine.spec.arm, samples,
-                     metadata=meta)
+            "window_s": settings.window_s, "warmup_s": settings.warmup_s,
+            "window_requests": round(float(np.mean(done)), 1) if done else 0.0,
+            "window_instance": instances, "engine_instances": sorted(set(instances)),
+            "cpus": list(engine.spec.cpus) if engine.spec.cpus else None, **(extra or {})}
+    if timeline is not None:
+        meta["timeline"] = timeline.to_json()
+    return RunResult(EngineScenario.key(engine.spec, scenario) + suffix, engine.spec.arm, samples, metadata=meta)
 
 
 def measure_history(engine: EngineHandle, scenario: EngineScenario, settings: Settings, judge: Judge,
-                    window: Window | None = None) -> RunResult:
+                    windows_of: Windows, timeline: Timeline) -> RunResult:
     budget = budget_of(settings)
-    win = window or _window(scenario, settings)
     windows: list[dict[str, float]] = []
 
     def measure(n: int) -> None:
-        windows.extend(win(engine) for _ in range(n))
+        windows.extend(windows_of(engine, scenario, n, timeline))
 
     def undecided(alpha: float) -> list[str]:
-        return [v.metric for v in judge(engine_result(engine, scenario, windows), alpha) if v.status == "inconclusive"]
+        result = engine_result(engine, scenario, windows, settings)
+        return [v.metric for v in judge(result, alpha) if v.status == "inconclusive"]
 
     progress = measure_until_decided(budget, measure, undecided)
     seq = {"windows": progress.measured, "looks": progress.looks, "alpha_per_look": budget.alpha_per_look(),
            "budget_windows": budget.maximum, "undecided_at_budget": list(progress.undecided)}
-    return engine_result(engine, scenario, windows, seq)
+    timeline.close()
+    return engine_result(engine, scenario, windows, settings, seq, timeline=timeline)
 
 
 @dataclass(frozen=True)
@@ -122,14 +157,15 @@ def judge_blocks(blocks: list[list[tuple[str, dict[str, float]]]], budget: int, 
 Pair = tuple[EngineHandle, EngineHandle]  # (candidate, reference)
 
 
-def measure_ab(pair: Callable[[int], Pair], scenario: EngineScenario, settings: Settings,
-               window: Window | None = None, instances: int = 1) -> ABOutcome:
-    """A/B with ``instances`` engine-instance pairs (``pair(i)`` starts pair i, stopping the previous one); each
-    pair is measured for ``--perf-repeats`` blocks. One pair: blocks are the unit and more blocks are added while
-    undecided. Several pairs: the pair is the unit and more pairs are added while undecided (up to twice as many)."""
-    win = window or _window(scenario, settings)
+def measure_ab(pair: Callable[[int], Pair], scenario: EngineScenario, settings: Settings, windows_of: Windows,
+               timeline: Timeline, instances: int = 1) -> ABOutcome:
+    """A/B with ``instances`` engine-instance pairs (``pair(i)`` gives pair i ready, the previous one stopped and its
+    arm proof checked). Several pairs: the pair is the unit, each gets ``--perf-ab-blocks`` blocks, and more pairs
+    are added while undecided (up to twice as many). One pair: blocks are the unit and more blocks are added while
+    undecided."""
     blocks: list[list[tuple[str, dict[str, float]]]] = []
     groups: list[int] = []
+    served: dict[str, list[str]] = {"A": [], "B": []}  # the engine instance of each window, per build
     current: dict[str, Pair] = {}
 
     def run_blocks(n: int, g: int) -> None:
@@ -137,7 +173,11 @@ def measure_ab(pair: Callable[[int], Pair], scenario: EngineScenario, settings: 
         engines = {"A": ref, "B": cand}
         for _ in range(n):
             order = "ABBA" if len(blocks) % 2 == 0 else "BAAB"
-            blocks.append([(who, win(engines[who])) for who in order])
+            block = []
+            for who in order:
+                block.append((who, windows_of(engines[who], scenario, 1, timeline)[0]))
+                served[who].append(engines[who].instance)
+            blocks.append(block)
             groups.append(g)
 
     if instances <= 1:
@@ -153,7 +193,7 @@ def measure_ab(pair: Callable[[int], Pair], scenario: EngineScenario, settings: 
             for _ in range(n):
                 g = len(set(groups))
                 current["pair"] = pair(g)
-                run_blocks(settings.repeats, g)
+                run_blocks(settings.ab_blocks, g)
 
     def undecided(alpha: float) -> list[str]:
         return [v.metric for v in judge_blocks(blocks, budget.maximum, alpha, settings.floor, groups)
@@ -163,9 +203,13 @@ def measure_ab(pair: Callable[[int], Pair], scenario: EngineScenario, settings: 
     alpha = budget.alpha_per_look()
     verdicts = judge_blocks(blocks, budget.maximum, alpha, settings.floor, groups)
     candidate, reference = current["pair"]
+    timeline.close()
     seq = {"blocks": len(blocks), "instance_pairs": len(set(groups)), "looks": progress.looks,
            "alpha_per_look": alpha, "reference_build": reference.spec.build.label,
-           "candidate_build": candidate.spec.build.label}
-    cand = engine_result(candidate, scenario, [w for b in blocks for who, w in b if who == "B"], seq)
-    ref = engine_result(reference, scenario, [w for b in blocks for who, w in b if who == "A"], seq, "/build=reference")
+           "candidate_build": candidate.spec.build.label, "block_pair": list(groups),
+           "block_effects": {v.metric: [block_effects(b, v.metric) for b in blocks] for v in verdicts}}
+    cand = engine_result(candidate, scenario, [w for b in blocks for who, w in b if who == "B"], settings, seq,
+                         timeline=timeline, instances=served["B"])
+    ref = engine_result(reference, scenario, [w for b in blocks for who, w in b if who == "A"], settings, seq,
+                        "/build=reference", timeline=timeline, instances=served["A"])
     return ABOutcome(cand, ref, tuple(verdicts), len(blocks))

@@ -44,7 +44,8 @@ def run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
     return p.runpytest_subprocess(
         "-rs", "-p", "no:cacheprovider", "--perf-baseline-dir", str(p.path / "bl"), "--perf-results-dir",
         str(p.path / "out"), "--perf-model-shape", "tiny", "--perf-repeats", "3", "--perf-max-repeats", "4",
-        "--perf-window-requests", "12", "--perf-strict", "no", "--perf-cpu-quota", "none", *args, timeout=600)
+        "--perf-window-s", "0.4", "--perf-warmup-s", "0.2", "--perf-strict", "no", "--perf-cpu-quota", "none", *args,
+        timeout=600)
 
 
 def test_three_runs_pool_then_judge_and_an_ab_run_is_never_pooled(suite: pytest.Pytester) -> None:

@@ -33,9 +33,11 @@ from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, ProcessCrashed, ProcessStartError, ProcessStopError, QuotaNotPermitted
 from engine_fixtures.isolation.cgroups import CpuQuota, configure_parent, configured_parent, probe_quota_support
 from engine_fixtures.isolation.leaks import SHM_DIR, LeakSnapshot, find_cgroups
+from engine_fixtures.loadgen.stream import LoadStream
 from engine_fixtures.loadgen.workload import WorkloadSpec
 from engine_fixtures.model.modeldir import write_model_dir
-from engine_fixtures.scenarios.window import measure_window
+from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
+from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.testing import faults
 
 STUB = ("-m", "engine_fixtures.testing.stub_engine")
@@ -116,7 +118,8 @@ class Soak:
     def _mid_load(self) -> None:
         handle = self.factory.get(self.spec("--stub-mode", "crash-mid-load"))
         self.ports.add(handle.port)
-        measure_window(handle, WORKLOAD, proof=False)
+        with LoadStream() as stream:
+            measure_segment(handle, stream, SegmentPlan(WORKLOAD, 2, 1.0, 0.2, proof=False), Timeline())
 
     def _ignores_sigterm(self) -> None:
         handle = self.factory.get(self.spec("--stub-mode", "ignore-sigterm"))

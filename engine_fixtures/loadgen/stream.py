@@ -1,0 +1,159 @@
+"""``LoadStream``: one load client process for a whole session, told where each segment starts and stops.
+
+A segment is one stretch of closed-loop load against one engine: ``warmup_s`` of load that is never measured,
+then ``measure_s`` of load cut into windows by the caller (``scenarios.segment``), then a drain (the requests
+in flight finish; no new one is sent). Between segments the client waits for its next order, so an arm pays
+the client's start and the image encoding once per session and workload, not once per window.
+
+The process is ``isolation.process.Supervised`` (pipes, the curated child environment, this process's cgroup,
+optionally pinned to ``cpus``); ``close()`` stops it, and a dead client is ``ProcessCrashed``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pickle
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from engine_fixtures.errors import ConfigError, MeasurementError, ProcessCrashed
+from engine_fixtures.isolation.process import CHILD_PASSTHROUGH, LaunchSpec, Supervised, curated_env
+from engine_fixtures.loadgen.child import frame
+from engine_fixtures.loadgen.client import RawRun
+from engine_fixtures.loadgen.records import LoadError, RequestRecord
+from engine_fixtures.loadgen.runner import _read_result, check_cpus, endpoint_url
+from engine_fixtures.loadgen.stream_child import SegmentOrder
+from engine_fixtures.loadgen.workload import WorkloadSpec
+
+_STOP_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Segment:
+    """What one segment measured. Times are CLOCK_MONOTONIC seconds (``time.monotonic()`` in any process):
+    ``start`` the first send, ``measure_at`` the end of the warmup, ``stop_at`` when sending stopped, ``end`` when
+    the last request in flight finished. ``records`` hold times relative to ``start``."""
+
+    url: str
+    spec: WorkloadSpec
+    start: float
+    measure_at: float
+    stop_at: float
+    end: float
+    records: tuple[RequestRecord, ...]
+    loop_lag_s: tuple[float, ...]
+    client_cpu_s: float
+
+    def completed_in(self, t0: float, t1: float) -> list[RequestRecord]:
+        """Requests that finished in ``[t0, t1)`` (absolute times)."""
+        lo, hi = t0 - self.start, t1 - self.start
+        return [r for r in self.records if lo <= r.end_s < hi]
+
+    def in_flight_mean(self, t0: float, t1: float) -> float:
+        """Time-weighted requests in flight over ``[t0, t1)``."""
+        lo, hi = t0 - self.start, t1 - self.start
+        return sum(max(0.0, min(r.end_s, hi) - max(r.sent_s, lo)) for r in self.records) / (hi - lo)
+
+
+class LoadStream:
+    """Context manager: ``with LoadStream(cpus=...) as stream: seg = stream.segment(url, spec, 1.0, 15.0)``."""
+
+    def __init__(self, cpus: Iterable[int] | None = None) -> None:
+        self.cpus = check_cpus(cpus)
+        self.segments = 0
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._child: Supervised | None = None
+
+    def __enter__(self) -> LoadStream:
+        if importlib.util.find_spec("httptools") is None:
+            raise ConfigError("the load stream's client needs httptools, which is not installed: `pip install "
+                              "'httptools>=0.6,<1'` (a declared dependency of this suite)")
+        self._tmp = tempfile.TemporaryDirectory(prefix="perf-stream-")
+        launch = LaunchSpec((sys.executable, "-m", "engine_fixtures.loadgen.stream_child"),
+                            Path(self._tmp.name, "load.log"), curated_env(passthrough=CHILD_PASSTHROUGH),
+                            name="load stream", stdio="pipes", new_session=False, cpus=self.cpus)
+        self._child = Supervised.start(launch)
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def pid(self) -> int | None:
+        return self._child.pid if self._child is not None else None
+
+    def close(self) -> None:
+        child, self._child = self._child, None
+        if child is not None:
+            try:
+                if child.proc.poll() is None and child.proc.stdin is not None:
+                    child.proc.stdin.write(frame(b"Q"))
+                    child.proc.stdin.flush()
+                    child.proc.wait(timeout=_STOP_TIMEOUT_S)
+            except (OSError, ValueError, TimeoutError):
+                pass  # stop() below ends it either way
+            finally:
+                child.stop(grace_s=0.0, kill_timeout_s=_STOP_TIMEOUT_S)
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def _tail(self) -> str:
+        assert self._child is not None
+        try:
+            return self._child.spec.log_path.read_bytes()[-2000:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def segment(self, url: str, spec: WorkloadSpec, warmup_s: float, measure_s: float) -> Segment:
+        """Run ``warmup_s`` + ``measure_s`` of closed-loop load at ``spec.concurrency``, then drain. Raises
+        ``LoadError`` when any request failed, ``MeasurementError`` when the segment outruns its deadline."""
+        if self._child is None:
+            raise ConfigError("LoadStream.segment() outside its `with` block: enter the stream first")
+        if not (warmup_s >= 0 and measure_s > 0):
+            raise ConfigError(f"segment warmup {warmup_s} s, measured {measure_s} s: need >= 0 and > 0")
+        endpoint = endpoint_url(url)
+        proc = self._child.proc
+        if proc.poll() is not None:
+            raise ProcessCrashed(f"the load stream's client exited (code {proc.returncode}): {self._tail()}")
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        order = pickle.dumps(SegmentOrder(endpoint, spec, warmup_s + measure_s))
+        proc.stdin.write(frame(b"S", order))
+        proc.stdin.flush()
+        deadline_s = 120.0 + warmup_s + measure_s + spec.request_timeout_s  # the first order also builds bodies
+
+        class _Count:
+            value = 0
+
+        kind, payload = _read_result(proc.stdout.fileno(), _Count(), time.monotonic() + deadline_s)
+        if kind is None:
+            self.close()
+            raise MeasurementError(f"load segment against {endpoint} did not finish within {deadline_s:.0f} s "
+                                   "(requests stuck in the engine?); the client was stopped")
+        if kind == b"":
+            raise ProcessCrashed(f"the load stream's client died with no result: {self._tail()}")
+        if kind == b"E":
+            message, trace = pickle.loads(payload)
+            raise ProcessCrashed(f"the load stream's client failed: {message}\n{trace}")
+        raw: RawRun = pickle.loads(payload)
+        self.segments += 1
+        return _segment(endpoint, spec, raw, warmup_s, measure_s)
+
+
+def _segment(url: str, spec: WorkloadSpec, raw: RawRun, warmup_s: float, measure_s: float) -> Segment:
+    failed = tuple(r.error for r in raw.records if r.error is not None)
+    if failed:
+        kinds = sorted({e.kind for e in failed})
+        shown = "\n  ".join(str(e) for e in failed[:5])
+        raise LoadError(f"{len(failed)} of {len(raw.records)} requests to {url} failed ({', '.join(kinds)}); "
+                        f"first:\n  {shown}", failed)
+    start = raw.origin
+    end = start + max((r.end_s for r in raw.records), default=raw.wall_s)
+    return Segment(url, spec, start, start + warmup_s, start + warmup_s + measure_s, end, raw.records,
+                   raw.loop_lag_s, raw.cpu_s)

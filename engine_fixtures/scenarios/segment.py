@@ -1,0 +1,149 @@
+"""One load segment against a running engine, cut into back-to-back measurement windows.
+
+``measure_segment(engine, stream, plan)`` runs ``plan.warmup_s`` of closed-loop load (never measured), then
+``plan.windows`` windows of ``plan.window_s`` seconds with no pause between them, then the drain. The samplers
+(CPU per role, GPU utilisation, running requests) run over the whole segment and are cut at the window marks;
+a request belongs to the window in which it finished. Values per window:
+
+- ``requests_per_s``, ``output_tokens_per_s`` (completions in the window over its length), ``ttft_p50_ms``,
+  ``ttft_p99_ms``, ``tpot_p50_ms`` of the requests that finished in it;
+- ``cpu_s_per_request.<role>`` (the role's CPU seconds in the window over its completions),
+  ``cpu_share_of_quota.<role>`` under a quota, ``cpu_cores.<role>`` as a diagnostic;
+- ``gpu_util_mean``; ``running_requests_max`` and ``running_requests_mean``;
+- the CUDA IPC arm's ``ipc_opens_per_image`` and ``rebuild_ms_per_image`` from the proof counters, read once
+  around the segment (the same value for each of its windows);
+- diagnostics ``achieved_concurrency`` (time-weighted requests in flight) and ``client_loop_lag_p99_ms``.
+
+A window with no completed request is a ``MeasurementError``, never a 0 ms latency. A segment the client limited
+(concurrency not reached, or its event loop lagging) is measured again, up to ``CLIENT_BOUND_ATTEMPTS`` times,
+then a ``MeasurementError``. An engine that dies under the load is ``ProcessCrashed``, whatever the client saw.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine_fixtures.engine.handle import EngineHandle
+from engine_fixtures.errors import MeasurementError, ProcessCrashed
+from engine_fixtures.loadgen.stream import LoadStream, Segment
+from engine_fixtures.loadgen.workload import WorkloadSpec
+from engine_fixtures.sampling.base import SamplerSet
+from engine_fixtures.sampling.cpu import CpuSampler
+from engine_fixtures.sampling.gpu import GpuSampler
+from engine_fixtures.sampling.running import RunningRequestsSampler
+from engine_fixtures.scenarios.timeline import Timeline
+
+CLIENT_BOUND_ATTEMPTS = 3
+MAX_LOOP_LAG_P99_MS = 10.0
+# Roles whose CPU is judged: SGLang's own serving processes. Helpers (multiprocessing's resource tracker,
+# "other") are shown as cores only.
+JUDGED_ROLES = ("http_server", "scheduler", "detokenizer", "detokenizer_router", "tokenizer_worker")
+
+
+@dataclass(frozen=True)
+class SegmentPlan:
+    workload: WorkloadSpec  # concurrency, images, output length
+    windows: int
+    window_s: float
+    warmup_s: float
+    sample_hz: float = 10.0
+    proof: bool = True  # read the proof counters around the segment (the IPC metrics)
+
+
+def _engine_died_under(engine: EngineHandle, exc: BaseException) -> None:
+    try:
+        engine.ensure_alive()
+    except ProcessCrashed as crashed:
+        raise crashed from exc
+
+
+def _client_bound(seg: Segment, plan: SegmentPlan) -> str | None:
+    concurrency = plan.workload.concurrency or 1
+    achieved = seg.in_flight_mean(seg.measure_at, seg.stop_at)
+    if achieved < plan.workload.min_achieved_fraction * concurrency:
+        return f"achieved concurrency {achieved:.1f} of {concurrency}"
+    if seg.loop_lag_s and (lag := float(np.percentile(seg.loop_lag_s, 99)) * 1000) > MAX_LOOP_LAG_P99_MS:
+        return f"client event-loop lag p99 {lag:.1f} ms"
+    return None
+
+
+def measure_segment(engine: EngineHandle, stream: LoadStream, plan: SegmentPlan, timeline: Timeline,
+                    instance: str = "") -> list[dict[str, float]]:
+    """The windows' metric values (one dict per window); spans go to ``timeline``."""
+    reasons = []
+    proof = plan.proof and engine.spec.proof
+    interval = 1.0 / plan.sample_hz
+    for _ in range(CLIENT_BOUND_ATTEMPTS):
+        before = engine.proof().summary() if proof else {}
+        cpu = CpuSampler(engine.pids, interval, engine.spec.cpu_quota)
+        gpu = GpuSampler(engine.spec.gpus, engine.pids, interval)
+        running = RunningRequestsSampler(engine.url, max(interval, 0.2))
+        try:
+            with SamplerSet([cpu, gpu, running]) as samplers:
+                seg = stream.segment(engine.url, plan.workload, plan.warmup_s, plan.windows * plan.window_s)
+        except Exception as exc:
+            _engine_died_under(engine, exc)
+            raise
+        engine.ensure_alive()
+        timeline.add("warmup", "warmup", seg.start, seg.measure_at, instance)
+        timeline.add("drain", "drain", seg.stop_at, seg.end, instance)
+        reason = _client_bound(seg, plan)
+        if reason is None:
+            after = engine.proof().summary() if proof else {}
+            counters = {k: v - before.get(k, 0.0) for k, v in after.items()}
+            out = []
+            for k in range(plan.windows):
+                t0 = seg.measure_at + k * plan.window_s
+                t1 = t0 + plan.window_s
+                timeline.add("window", f"window {k + 1}", t0, t1, instance)
+                out.append(window_values(seg, samplers, t0, t1, counters))
+            return out
+        timeline.add("warmup", f"client-bound segment, measured again ({reason})", seg.measure_at, seg.stop_at,
+                     instance)
+        reasons.append(reason)
+    raise MeasurementError(f"the load client, not the engine, limited {CLIENT_BOUND_ATTEMPTS} segments in a row "
+                           f"against {engine.url} ({'; '.join(reasons)}); such windows are never recorded: pin the "
+                           "client to free CPUs (--perf-client-cpus), or lower the concurrency")
+
+
+def window_values(seg: Segment, samplers: SamplerSet, t0: float, t1: float,
+                  counters: dict[str, float]) -> dict[str, float]:
+    done = seg.completed_in(t0, t1)
+    span = t1 - t0
+    if not done:
+        raise MeasurementError(f"zero completed requests in the window [{t0 - seg.start:.2f}, {t1 - seg.start:.2f}] "
+                               f"s of a segment against {seg.url}: the engine served nothing (stalled?); see its log")
+    ttft = np.asarray([r.ttft_s for r in done]) * 1000
+    tpot = [t for r in done if (t := r.tpot_s) is not None]
+    values = {"requests_per_s": len(done) / span, "output_tokens_per_s": sum(r.output_tokens for r in done) / span,
+              "ttft_p50_ms": float(np.percentile(ttft, 50)), "ttft_p99_ms": float(np.percentile(ttft, 99)),
+              "achieved_concurrency": seg.in_flight_mean(t0, t1)}
+    if tpot:
+        values["tpot_p50_ms"] = float(np.percentile(tpot, 50)) * 1000
+    if seg.loop_lag_s:
+        values["client_loop_lag_p99_ms"] = float(np.percentile(seg.loop_lag_s, 99)) * 1000
+    cut: dict[str, float] = {}
+    for sampler in samplers.active:
+        with contextlib.suppress(AttributeError):
+            cut.update(sampler.cut(t0, t1))  # type: ignore[attr-defined]
+    for key, value in cut.items():
+        parts = key.split(".")
+        if parts[0] == "cpu" and parts[-1] == "cores":
+            values[f"cpu_cores.{parts[1]}"] = value
+            if value > 0 and parts[1] in JUDGED_ROLES:  # an idle role has no CPU per request (and zero no log)
+                values[f"cpu_s_per_request.{parts[1]}"] = value * span / len(done)
+        elif parts[0] == "cpu" and parts[-1] == "share_of_quota" and parts[1] in JUDGED_ROLES:
+            values[f"cpu_share_of_quota.{parts[1]}"] = value
+    if "gpu.util.mean" in cut:
+        values["gpu_util_mean"] = cut["gpu.util.mean"]
+    if "running.max" in cut:
+        values["running_requests_max"] = cut["running.max"]
+        values["running_requests_mean"] = cut["running.mean"]
+    rebuilds = counters.get("ipc_rebuilds", 0.0)
+    if rebuilds > 0:
+        values["ipc_opens_per_image"] = counters.get("ipc_opens", 0.0) / rebuilds
+        values["rebuild_ms_per_image"] = 1000 * counters.get("ipc_rebuild_s", 0.0) / rebuilds
+    return values
