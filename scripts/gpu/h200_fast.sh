@@ -61,6 +61,11 @@ for step in "$@"; do
         --perf-results-dir "$W/ab/$(echo "$arg" | tr -c 'a-z0-9' _)" > "$W/logs/ab-$s.log" 2>&1
       log "ab $arg rc=$? in $(( $(date +%s) - s )) s"; grep -E "tpot_p50_ms|requests_per_s |ttft_p50_ms|passed|failed" \
         "$W/logs/ab-$s.log" | tail -8 ;;
+    inj)
+      [ "$(left)" -lt 75 ] && { log "skip inj $arg: $(left) s left"; continue; }
+      "${PYTEST[@]}" "$ARM" --perf-candidate "$arg" --perf-results-dir "$W/inj/$(echo "$arg" | tr -c 'a-z0-9' _)" \
+        > "$W/logs/inj-$(date +%s).log" 2>&1; log "inj $arg rc=$?"
+      grep -E "tpot_p50_ms|requests_per_s |ttft_p50_ms" "$W/logs/"inj-*.log | tail -3 ;;
     study)
       [ "$(left)" -lt 150 ] && { log "skip study: $(left) s left"; continue; }
       timeout $(( $(left) - 5 )) python3 -m engine_fixtures.scenarios.ab_study --model "$MODEL" \
