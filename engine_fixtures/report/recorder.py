@@ -110,8 +110,9 @@ class PerfRecorder:
         if alpha is None:
             alphas = [alpha_of(x) for x in (reference, current) if isinstance(x, RunResult)]
             alpha = min(alphas) if alphas else ALPHA
-        a = alpha
-        verdict = judge_invariant(label, metric_name, ref, cur, bound, paired=paired, alpha=a)
+        verdict = judge_invariant(label, metric_name, ref, cur, bound, paired=paired, alpha=alpha,
+                                  reference_instances=None if paired else _instances(reference, ref),
+                                  current_instances=None if paired else _instances(current, cur))
         scenario = current.scenario if isinstance(current, RunResult) else self.item.nodeid
         self.session.record_invariant(self.item.nodeid, scenario, verdict)
         self.sections_for(scenario, {}, [verdict], "same-run invariant")
@@ -135,6 +136,20 @@ def _samples(x: RunResult | Sequence[float], name: str) -> Sequence[float]:
     return x
 
 
+INSTANCE_KEY = "window_instance"  # RunResult.metadata: the engine instance (an id) that served each window
+
+
+def _instances(x: RunResult | Sequence[float], values: Sequence[float]) -> Sequence[str] | None:
+    """The engine instance of each window (``metadata["window_instance"]``); None (one instance) for results
+    recorded before the runner named them, or when the ids do not line up with the samples."""
+    if not isinstance(x, RunResult):
+        return None
+    ids = x.metadata.get(INSTANCE_KEY)
+    if not isinstance(ids, (list, tuple)) or len(ids) != len(values):
+        return None
+    return [str(i) for i in ids]
+
+
 def _inconclusive(strict: bool, text: str) -> None:
     __tracebackhide__ = True
     if strict:
@@ -150,7 +165,7 @@ def conclude(scenario: str, verdicts: Sequence[Verdict], strict: bool, missing: 
     if regressions:
         lines = "\n".join(f"  {v.message}" for v in regressions)
         raise PerformanceRegression(f"performance regression in {scenario}:\n{lines}\nIf the change is intended, "
-                                    "re-record the baseline: `perf-baseline update --from-runs 3 --accept REASON`")
+                                    "re-record the baseline: `perf-baseline update --from-runs 5 --accept REASON`")
     undecided = [v for v in verdicts if v.status == "inconclusive"]
     if undecided:
         _inconclusive(strict, f"{scenario}:\n" + "\n".join(f"  {v.message}" for v in undecided))
@@ -159,7 +174,7 @@ def conclude(scenario: str, verdicts: Sequence[Verdict], strict: bool, missing: 
         lines = "\n".join(f"  {v.message}" for v in better)
         raise StaleBaseline(f"improvement in {scenario}: the baseline no longer describes this build, so a later "
                             f"regression back to the old level would pass unseen:\n{lines}\nRecord it: "
-                            "`perf-baseline update --from-runs 3` (after the change has landed)")
+                            "`perf-baseline update --from-runs 5` (after the change has landed)")
     if not any(v.is_verdict for v in verdicts):
         building = next((v.message for v in verdicts if v.status == "no-baseline"), None)
         if missing is None and building is None:

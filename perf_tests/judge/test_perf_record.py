@@ -62,7 +62,7 @@ def test_fresh_machine_skips_with_the_command_then_three_runs_make_a_baseline(
         suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     r = run(suite)
     r.assert_outcomes(skipped=1, passed=1)  # the invariant still gives this box a verdict
-    r.stdout.fnmatch_lines(["*no baseline for 'demo/arm=a/c=4'*perf-baseline update --from-runs 3*"])
+    r.stdout.fnmatch_lines(["*no baseline for 'demo/arm=a/c=4'*perf-baseline update --from-runs 5*"])
     assert not (suite.path / "bl").exists()
     assert (suite.path / "out" / "report.html").stat().st_size > 0
     results = sorted((suite.path / "out").glob("results-*.json"))
