@@ -23,7 +23,14 @@ from typing import Any
 
 import pytest
 
-from engine_fixtures.errors import ConfigError, Inconclusive, InvariantViolated, PerformanceRegression, StaleBaseline
+from engine_fixtures.errors import (
+    BaselineError,
+    ConfigError,
+    Inconclusive,
+    InvariantViolated,
+    PerformanceRegression,
+    StaleBaseline,
+)
 from engine_fixtures.judge.decide import ALPHA
 from engine_fixtures.judge.verdicts import Verdict, diagnostic, judge_invariant, judge_result
 from engine_fixtures.options import resolve
@@ -89,8 +96,29 @@ class PerfRecorder:
         self.session.record(self.item.nodeid, result, verdicts, path if isinstance(base, Baseline) else None)
         self.sections_for(result.scenario, result.arm, verdicts, f"baseline {path}")
         missing = base.reason if isinstance(base, MissingBaseline) else None
+        self.require_pool(result.scenario, verdicts, missing)
         conclude(result.scenario, verdicts, self.session.settings.strict, missing)
         return verdicts
+
+    def require_pool(self, scenario: str, verdicts: Sequence[Verdict], missing: str | None) -> None:
+        """GPU tier, strict: a missing pool (or one still being built) fails unless the scenario is declared new
+        (``perf(new="why")``), the run says ``--perf-allow-missing-baselines``, or it records baselines. The CPU
+        tier judges same-run invariants on fresh boxes and keeps its ``no-baseline`` rows."""
+        __tracebackhide__ = True
+        settings = self.session.settings
+        if (not settings.strict or settings.allow_missing_baselines or settings.update_baselines
+                or not _gpu_tier(self.item, scenario) or _declared_new(self.item)):
+            return
+        unpooled = [v.metric for v in verdicts if v.status == "no-baseline" and v.gating]
+        if missing is None and not unpooled:
+            return
+        where = missing or f"{scenario}: no judging pool for {', '.join(unpooled)}"
+        raise BaselineError(
+            f"{where}\nA strict GPU-tier run judges nothing without a pool, and the machine key "
+            f"({self.session.machine_key}) includes the visible CPUs and the quota: a changed cpuset or a wrong "
+            "PERF_BASELINE_DIR reads as a missing pool. Check `perf-baseline show`; record the pool with "
+            f"{UPDATE_HINT}; or, for a scenario that is really new, mark it perf(new='why') or run with "
+            "--perf-allow-missing-baselines")
 
     def diagnostic(self, result: RunResult, why: str) -> list[Verdict]:
         """Record ``result`` as report-only rows (e.g. a control arm: its numbers are the machine's speed)."""
@@ -126,6 +154,16 @@ class PerfRecorder:
         table = terminal_table(rows_for(scenario, arm if isinstance(arm, dict) else dict(arm), verdicts), width=110)
         self.item.add_report_section("call", "perf", f"{where}\n{table}")
         add_on_failure(self.item, "perf verdicts", lambda: table)
+
+
+def _gpu_tier(item: pytest.Item, scenario: str) -> bool:
+    """An engine scenario (its id starts ``engine/``) or an ``engine``-marked test."""
+    return scenario.startswith("engine/") or item.get_closest_marker("engine") is not None
+
+
+def _declared_new(item: pytest.Item) -> bool:
+    mark = item.get_closest_marker("perf")
+    return bool(mark is not None and mark.kwargs.get("new"))
 
 
 def _samples(x: RunResult | Sequence[float], name: str) -> Sequence[float]:
