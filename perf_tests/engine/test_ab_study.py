@@ -36,3 +36,10 @@ def test_render_lists_every_size() -> None:
                                  "trials": [{"tpot_p50_ms": "regression", "requests_per_s": "inconclusive"}]}}}
     table = render(report)
     assert table.row_count == 2
+    cells = {c.header: list(c.cells) for c in table.columns}
+    assert cells["S"] == ["0.0", "10.0"]
+    assert cells["spin ms"] == ["0.000", "0.330"]
+    assert cells["realised TPOT"] == ["+0.1%", "+10.0%"]
+    assert cells["TPOT flagged"] == ["0/1", "1/1"]
+    assert cells["req/s flagged"] == ["0/1", "0/1 (1 undecided)"]
+    assert cells["long run"] == ["tpot_p50_ms pass", "tpot_p50_ms regression"]
