@@ -136,7 +136,8 @@ def judge_history(model: NoiseModel, current: Sequence[float], sign: float, floo
     if d.status == "pass" and max_detect is not None and detectable > max_detect:
         k = runs_to_promise(model, floor, max_detect, alpha, beta)
         more = (f"a pool of {k} such runs would (`perf-baseline update --from-runs {k}`)" if k is not None else
-                "no pool of <= 50 such runs would: a quieter machine or longer windows")
+                "no pool of <= 50 such runs would: the spread between runs (engine starts) dominates; judge "
+                "this change by the A/B against a reference build (--perf-reference) or on a quieter machine")
         return replace(d, status="inconclusive", reason=f"the pool of {model.runs} runs is too wide to gate: it "
                        f"promises {detectable:.3g} where the metric accepts at most {max_detect:.3g} (judged "
                        f"scale); {more}")

@@ -15,9 +15,11 @@ A scenario whose arm names none of these gates on no per-role CPU metric.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from engine_fixtures.judge.metrics import metric
+from engine_fixtures.judge.metrics import GPU_BOUND, metric
+
+GPU_BOUND_UTIL = 60.0  # % mean utilisation in the baseline above which the GPU is the arm's bottleneck
 
 ROLES_BY_AXIS: Mapping[str, tuple[str, ...]] = {
     "copy": ("http_server",),
@@ -55,6 +57,21 @@ def gates(name: str, arm: Mapping[str, str]) -> bool:
     return True
 
 
-def gating(names: Iterable[str], arm: Mapping[str, str]) -> tuple[str, ...]:
-    """The gating metrics among ``names``, sorted."""
-    return tuple(sorted(n for n in set(names) if gates(n, arm)))
+def gating(names: Iterable[str], arm: Mapping[str, str],
+           runs_for: Callable[[str], Sequence[Sequence[float]]] | None = None) -> tuple[str, ...]:
+    """The gating metrics among ``names``, sorted; with the pool's ``runs_for``, a conditional metric counts
+    only where its condition holds (``gpu_util_mean`` on a GPU-bound arm)."""
+    return tuple(sorted(n for n in set(names) if gates(n, arm) and applies(n, runs_for)))
+
+
+def gpu_bound(runs: Sequence[Sequence[float]]) -> bool:
+    """A pool of ``gpu_util_mean`` that shows the GPU as the arm's bottleneck."""
+    flat = [v for r in runs for v in r]
+    return bool(flat) and sum(flat) / len(flat) >= GPU_BOUND_UTIL
+
+
+def applies(name: str, runs_for: Callable[[str], Sequence[Sequence[float]]] | None) -> bool:
+    m = metric(name)
+    if m.condition != GPU_BOUND:
+        return True
+    return runs_for is not None and gpu_bound(runs_for(name))

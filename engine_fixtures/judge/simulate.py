@@ -16,10 +16,12 @@ import numpy as np
 from scipy import stats
 
 from engine_fixtures.judge.decide import ALPHA, BETA, gate_alpha
+from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.noise import prediction_terms
 from engine_fixtures.judge.sequential import Budget
 
 STATUS = ("pass", "regression", "improvement", "inconclusive")
+WIDEST = metric("tpot_p50_ms").max_size  # the declared widest promise of a p50 latency (judged scale)
 
 
 def _q(p: float, df: np.ndarray) -> np.ndarray:
@@ -101,6 +103,18 @@ def whole_run_red_rate(rng: np.random.Generator, trials: int, k: int, budget: Bu
     return float(red.mean()), float(undecided_at_end.mean())
 
 
+def promise_quantiles(rng: np.random.Generator, trials: int, k: int, n: int, between: float, within: float,
+                      alpha: float, floor: float = math.log1p(0.03), limit: float | None = None
+                      ) -> tuple[float, float, float]:
+    """(median promise, 90th percentile, share of pools wider than ``limit``) as relative changes (worse
+    direction of a lower-is-better metric) over fresh pools of K runs."""
+    pools = Pools.draw(rng, trials, k, n, between, within)
+    se, df = pools.prediction(n, pools.within_var)
+    promise = np.maximum(floor, _q(1 - alpha, df) * se) + _q(1 - BETA, df) * se
+    return (float(np.expm1(np.median(promise))), float(np.expm1(np.quantile(promise, 0.9))),
+            float(np.mean(promise > (WIDEST if limit is None else limit))))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", type=int, default=200_000)
@@ -115,14 +129,26 @@ def main(argv: list[str] | None = None) -> int:
         for between, within in ((0.05, 0.05), (0.08, 0.05), (0.03, 0.08)):
             r = false_alarm_rate(rng, args.trials, k, 5, between, within, a)
             print(f"| {k} | {between} | {within} | {r:.4%} | {r / a:.2f}x |")
+    g4 = gate_alpha(a, 4)
+    print(f"\nwhat a pool promises (the gate's own formula at alpha {g4:.5f}: 4 gating metrics, alpha/3 per look), "
+          f"{args.trials // 4} pools each\n")
+    print(f"| K | between SD | within SD | median catches | 90th pct | share wider than {math.expm1(WIDEST):.0%} |"
+          "\n|---|---|---|---|---|---|")
+    for k in (3, 5, 10, 20):
+        for between, within in ((0.03, 0.05), (0.07, 0.10)):
+            med, p90, wide = promise_quantiles(rng, args.trials // 4, k, 5, between, within, g4)
+            print(f"| {k} | {between} | {within} | {med:+.1%} | {p90:+.1%} | {wide:.1%} |")
     print(f"\nwhole clean run red (strict: any regression, improvement or inconclusive), budget 5/+5/15 windows, "
           f"{args.trials // 4} runs each\n")
-    print("| K | gating metrics | between SD | within SD | red | inconclusive at budget |\n|---|---|---|---|---|---|")
-    for k in (5, 10):
+    print("| K | gating metrics | between SD | within SD | red | inconclusive at budget | red when pools wider than "
+          f"{math.expm1(WIDEST):.0%} say so |\n|---|---|---|---|---|---|---|")
+    for k in (3, 5, 10):
         for g in (4, 6):
-            for between, within in ((0.05, 0.05), (0.08, 0.05)):
+            for between, within in ((0.03, 0.05), (0.08, 0.05)):
                 red, inc = whole_run_red_rate(rng, args.trials // 4, k, budget, g, between, within)
-                print(f"| {k} | {g} | {between} | {within} | {red:.2%} | {inc:.2%} |")
+                wide, _ = whole_run_red_rate(rng, args.trials // 4, k, budget, g, between, within,
+                                             max_detect=WIDEST)
+                print(f"| {k} | {g} | {between} | {within} | {red:.2%} | {inc:.2%} | {wide:.1%} |")
     return 0
 
 

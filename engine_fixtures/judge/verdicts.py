@@ -20,7 +20,7 @@ import numpy as np
 
 from engine_fixtures.errors import MeasurementError
 from engine_fixtures.judge.decide import ALPHA, BETA, gate_alpha, judge_history
-from engine_fixtures.judge.gating import arm_of, gates, gating
+from engine_fixtures.judge.gating import GPU_BOUND_UTIL, arm_of, gates, gating
 from engine_fixtures.judge.metrics import GPU_BOUND, Metric, metric
 from engine_fixtures.judge.noise import MIN_RUNS, NoiseModel
 from engine_fixtures.judge.paired import judge_ab, judge_invariant
@@ -42,7 +42,6 @@ from engine_fixtures.judge.rows import (
 __all__ = ["GPU_BOUND_UTIL", "STATUSES", "VERDICTS", "Kind", "PooledRuns", "Status", "Verdict", "diagnostic",
            "judge_ab", "judge_invariant", "judge_metric", "judge_result", "worse_change"]
 
-GPU_BOUND_UTIL = 60.0  # % mean utilisation in the baseline above which the GPU is the arm's bottleneck
 GPU_SIDE = ("the GPU side is judged by TPOT p50 and req/s here; gpu_util_mean gates only an arm whose pool "
             f"shows the GPU busy >= {GPU_BOUND_UTIL:.0f}% of the time")
 
@@ -88,7 +87,7 @@ def judge_result(samples: Mapping[str, Sequence[float]], baseline: PooledRuns | 
     pool able to judge it (>= ``MIN_RUNS`` runs) has but this run lacks is a ``MeasurementError`` (a measurement
     lost it), never a silently skipped row; a metric only a pool still being built has is gone without harm."""
     arm = arm_of(scenario)
-    gate = set(gating(samples, arm))
+    gate = set(gating(samples, arm, baseline.runs_for if baseline is not None else None))
     a = gate_alpha(alpha, max(1, len(gate)))
     verdicts = []
     for name, values in samples.items():
