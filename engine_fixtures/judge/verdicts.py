@@ -20,7 +20,7 @@ import numpy as np
 
 from engine_fixtures.errors import MeasurementError
 from engine_fixtures.judge.decide import ALPHA, BETA, gate_alpha, judge_history
-from engine_fixtures.judge.gating import GPU_BOUND_UTIL, arm_of, gates, gating
+from engine_fixtures.judge.gating import GPU_BOUND_UTIL, arm_of, gating
 from engine_fixtures.judge.metrics import GPU_BOUND, Metric, metric
 from engine_fixtures.judge.noise import MIN_RUNS, NoiseModel
 from engine_fixtures.judge.paired import judge_ab, judge_invariant
@@ -107,7 +107,7 @@ def judge_result(samples: Mapping[str, Sequence[float]], baseline: PooledRuns | 
             v = as_diagnostic(v, f"not a gate of this scenario (gates: {', '.join(sorted(gate)) or 'none'})")
         verdicts.append(v)
     if baseline is not None:
-        verdicts += _lost(baseline, samples, scenario)
+        verdicts += _lost(baseline, samples, scenario, set(gating(_names(baseline), arm, baseline.runs_for)))
     return verdicts
 
 
@@ -115,9 +115,9 @@ def _names(baseline: PooledRuns) -> list[str]:
     return list(getattr(baseline, "metric_names", lambda: [])())
 
 
-def _lost(baseline: PooledRuns, samples: Mapping[str, Sequence[float]], scenario: str) -> list[Verdict]:
+def _lost(baseline: PooledRuns, samples: Mapping[str, Sequence[float]], scenario: str,
+          gate: set[str]) -> list[Verdict]:
     """Rows (or errors) for metrics the pool has and this run did not measure."""
-    arm = arm_of(scenario)
     out: list[Verdict] = []
     for name in _names(baseline):
         m = metric(name)
@@ -134,7 +134,7 @@ def _lost(baseline: PooledRuns, samples: Mapping[str, Sequence[float]], scenario
                                f"{name}: not measured this run (NVML unavailable?) while its pool has it; reported, "
                                f"not judged ({GPU_SIDE})", "linear", gating=False))
             continue
-        if gates(name, arm):
+        if name in gate:
             raise MeasurementError(f"{scenario}: the baseline judges {name!r} but this run did not measure it; "
                                    "the measurement lost a metric (a sampler that did not run, a counter that "
                                    "stayed empty): fix the measurement, or re-record the baseline without it")

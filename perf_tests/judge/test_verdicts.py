@@ -190,3 +190,17 @@ def test_the_recorder_reads_each_windows_engine_instance_from_the_result() -> No
     old = RunResult("engine/x", {"c": "1"}, {"requests_per_s": (1.0, 1.1)})
     assert _instances(new, new.samples["requests_per_s"]) == ["e0", "e0", "e1", "e1"]
     assert _instances(old, old.samples["requests_per_s"]) is None
+
+
+def test_the_gating_family_counts_what_really_gates_here() -> None:
+    """gpu_util_mean counts only on a GPU-bound pool; where rel.<m> is measured (CPU tier) it gates, not <m>."""
+    from engine_fixtures.judge.gating import gating
+
+    arm = {"copy": "buffer"}
+    idle = Pool({"gpu_util_mean": [(5.0, 6.0)] * 3}).runs_for
+    busy = Pool({"gpu_util_mean": [(85.0, 86.0)] * 3}).runs_for
+    names = ["requests_per_s", "gpu_util_mean", "tpot_p50_ms"]
+    assert gating(names, arm, idle) == ("requests_per_s", "tpot_p50_ms")
+    assert gating(names, arm, busy) == ("gpu_util_mean", "requests_per_s", "tpot_p50_ms")
+    cpu = ["requests_per_s", "rel.requests_per_s", "latency_p50_ms", "rel.latency_p50_ms", "copy_per_s"]
+    assert gating(cpu, arm) == ("copy_per_s", "rel.latency_p50_ms", "rel.requests_per_s")
