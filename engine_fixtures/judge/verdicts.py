@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
@@ -103,8 +104,10 @@ def judge_result(samples: Mapping[str, Sequence[float]], baseline: PooledRuns | 
                                            f"{util:.0f}% < {GPU_BOUND_UTIL:.0f}%); {GPU_SIDE}"))
                 continue
         v = judge_metric(m, runs, values, alpha=a, floor=floor)
-        if name not in gate and v.is_verdict and m.condition is None:
-            v = as_diagnostic(v, f"not a gate of this scenario (gates: {', '.join(sorted(gate)) or 'none'})")
+        if name not in gate:
+            v = replace(v, gating=False)
+            if v.is_verdict and m.condition is None:
+                v = as_diagnostic(v, f"not a gate of this scenario (gates: {', '.join(sorted(gate)) or 'none'})")
         verdicts.append(v)
     if baseline is not None:
         verdicts += _lost(baseline, samples, scenario, set(gating(_names(baseline), arm, baseline.runs_for)))

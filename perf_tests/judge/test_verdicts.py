@@ -121,6 +121,7 @@ def test_only_a_scenarios_gating_metrics_are_verdicts() -> None:
                         scenario="engine/transport=cpu/copy=buffer/c=16")
     gated = sorted(v.metric for v in rows if v.is_verdict)
     assert gated == ["cpu_s_per_request.http_server", "requests_per_s", "tpot_p50_ms", "ttft_p50_ms"]
+    assert not judge_result({"ttft_p99_ms": (300.0, 310.0)}, Pool({}), scenario="engine/copy=buffer")[0].gating
     share = next(v for v in rows if v.metric == "cpu_share_of_quota.scheduler")
     assert share.status == "report-only"
     assert "not a gate of this scenario" in share.message
