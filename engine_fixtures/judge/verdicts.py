@@ -43,6 +43,9 @@ from engine_fixtures.judge.rows import (
 __all__ = ["GPU_BOUND_UTIL", "STATUSES", "VERDICTS", "Kind", "PooledRuns", "Status", "Verdict", "diagnostic",
            "judge_ab", "judge_invariant", "judge_metric", "judge_result", "worse_change"]
 
+SHARE_PREFIX = "cpu_share_of_quota."
+ZERO_SUM = ("under a binding quota the roles' shares are zero-sum: a starved role reads as an improvement and its "
+            "neighbour as a regression, so a share never gates; the role's cost is judged by cpu_s_per_request")
 GPU_SIDE = ("the GPU side is judged by TPOT p50 and req/s here; gpu_util_mean gates only an arm whose pool "
             f"shows the GPU busy >= {GPU_BOUND_UTIL:.0f}% of the time")
 
@@ -107,7 +110,8 @@ def judge_result(samples: Mapping[str, Sequence[float]], baseline: PooledRuns | 
         if name not in gate:
             v = replace(v, gating=False)
             if v.is_verdict and m.condition is None:
-                v = as_diagnostic(v, f"not a gate of this scenario (gates: {', '.join(sorted(gate)) or 'none'})")
+                v = as_diagnostic(v, ZERO_SUM if name.startswith(SHARE_PREFIX) else
+                                  f"not a gate of this scenario (gates: {', '.join(sorted(gate)) or 'none'})")
         verdicts.append(v)
     if baseline is not None:
         verdicts += _lost(baseline, samples, scenario, set(gating(_names(baseline), arm, baseline.runs_for)))

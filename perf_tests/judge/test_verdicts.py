@@ -124,7 +124,8 @@ def test_only_a_scenarios_gating_metrics_are_verdicts() -> None:
     assert not judge_result({"ttft_p99_ms": (300.0, 310.0)}, Pool({}), scenario="engine/copy=buffer")[0].gating
     share = next(v for v in rows if v.metric == "cpu_share_of_quota.scheduler")
     assert share.status == "report-only"
-    assert "not a gate of this scenario" in share.message
+    assert "zero-sum: a starved role reads as an improvement" in share.message
+    assert "not a gate of this scenario" in next(v for v in rows if v.metric == "ttft_p99_ms").message
     ipc = judge_result({n: (20.0, 20.1, 19.9) for n in names}, pool, scenario="engine/transport=cuda_ipc/ipc_cache=on")
     assert "cpu_s_per_request.scheduler" in [v.metric for v in ipc if v.is_verdict]
 
