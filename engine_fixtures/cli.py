@@ -122,7 +122,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     root = _opt(args, "baseline_dir")
     keys = [args.machine] if args.machine else machine_keys(root)
     if not keys:
-        print(f"no baselines under {root}; record them with `perf-baseline update --from-runs 3`")
+        print(f"no baselines under {root}; record them with `perf-baseline update --from-runs 5`")
     for key in keys:
         store = BaselineStore(root, key)
         print(f"[{key}] {store.dir}")

@@ -9,8 +9,9 @@ MARKERS: dict[str, str] = {
     "engine": "starts the real SGLang engine (GPU tier); skipped when SGLang or a GPU is missing.",
     "cgroup": "needs a writable cgroup CPU controller (skipped with the reason otherwise, and under "
     "--perf-cpu-quota none).",
-    "perf(floor=None)": "a measured scenario with verdicts; FLOOR (percent) overrides --perf-floor and every "
-    "metric's declared floor (the smallest change ever flagged) for this test.",
+    "perf(floor=None, new=None)": "a measured scenario with verdicts; FLOOR (percent) overrides --perf-floor and "
+    "every log-scale metric's declared floor (the smallest change ever flagged) for this test; NEW='why' declares "
+    "a GPU-tier scenario that has no pool yet (strict runs otherwise fail on a missing pool).",
     "mechanism": "the CPU-tier SHM copy-path mechanism benchmark (real /dev/shm, real processes, real cgroup).",
     "slow": "takes minutes; the 'unit' tox env deselects it unless --perf-scale full.",
     "sglang": "uses SGLang's own classes (ShmPointerMMData): skipped when SGLang is not importable here, an error "
@@ -26,7 +27,7 @@ MEASURED: tuple[str, ...] = ("perf", "mechanism", "engine")
 # Keyword arguments each marker accepts; anything else is a usage error naming the test (pytest-benchmark's rule).
 MARKER_KWARGS: dict[str, frozenset[str]] = {
     "gpu": frozenset({"count"}),
-    "perf": frozenset({"floor"}),
+    "perf": frozenset({"floor", "new"}),
     "cgroup": frozenset(),
     "engine": frozenset(),
     "mechanism": frozenset(),
@@ -114,6 +115,25 @@ def gpu_skip_reason(count: int = 1) -> str | None:
         return (f"needs {count} NVIDIA GPU(s), found {len(inventory)} (CUDA_VISIBLE_DEVICES={cvd!r}); run on a "
                 f"runner with {count} GPUs")
     return None
+
+
+def require_gpu_problem(count: int) -> str | None:
+    """Why ``--perf-require-gpu COUNT`` cannot hold here (NVML sees fewer GPUs, or SGLang is missing), or None."""
+    reason = gpu_skip_reason(count) or engine_skip_reason()
+    if reason is None:
+        return None
+    return (f"--perf-require-gpu {count}: {reason}. This run must test the GPU tier, so the GPU tests may not skip; "
+            "fix NVML/the driver (nvidia-smi must list the GPUs) or SGLang, or drop --perf-require-gpu")
+
+
+def cpu_quota_refusal(quota_setting: object, source: str) -> str | None:
+    """``--perf-cpu-quota CORES`` on the CPU tier: its arms run under their own declared quotas, so a number is
+    refused (``none`` is honoured: quota arms skip; ``auto`` is what they do)."""
+    if not isinstance(quota_setting, float):
+        return None
+    return (f"--perf-cpu-quota {quota_setting:g} (from {source}) sets the engine's quota on the GPU tier; the CPU "
+            "tier's mechanism arms run under the quotas their scenarios declare (e.g. 0.5 core) and would silently "
+            "ignore it. Drop it for perf_tests/mechanism (or use 'none' to skip the quota arms), or run the GPU tier")
 
 
 def cgroup_skip_reason(quota_setting: object, source: str) -> str | None:

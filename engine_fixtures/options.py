@@ -217,6 +217,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("lock_timeout", "Seconds a run that measures waits for the machine lock held by another measuring run "
            "(two perf runs on one machine corrupt each other's numbers) before it fails.", parse_positive_float,
            1800.0, "S"),
+    Option("ab_detect", "A/B: the change every paired pass must exclude, e.g. 5 or 5%%, on every log-scale metric "
+           "(linear metrics keep their declared sizes). Default: each metric's declared A/B size (10%% for "
+           "throughput, TTFT and TPOT); an interval too wide to exclude it is inconclusive.", parse_percent, None,
+           "PCT"),
+    Option("require_gpu", "This run tests the GPU tier on N GPUs: the session stops at start unless NVML sees N GPUs "
+           "and SGLang is installed, so GPU tests can never skip unseen (perf-gpu and the GPU workflow set it).",
+           parse_positive_int, None, "N"),
+    Option("allow_missing_baselines", "GPU tier in strict mode: let a scenario without a pool (or with a pool still "
+           "being built) skip instead of failing; without it a missing pool fails, since the machine key (CPU "
+           "count, quota) or PERF_BASELINE_DIR silently changes which pool is read.", parse_bool, False, flag=True),
 )
 OPTIONS_BY_NAME: Mapping[str, Option] = {o.name: o for o in OPTIONS}
 
@@ -323,6 +333,9 @@ class Settings:
     cgroup_parent: Path | None = None
     state_dir: Path | None = None
     lock_timeout: float = 1800.0
+    ab_detect: float | None = None
+    require_gpu: int | None = None
+    allow_missing_baselines: bool = False
     sources: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -32,6 +32,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SKIP_CACHE_KEY] = {}
     if settings.require_sglang and (problem := marks.require_sglang(settings.require_sglang)) is not None:
         raise pytest.UsageError(problem)
+    if settings.require_gpu and (problem := marks.require_gpu_problem(settings.require_gpu)) is not None:
+        raise pytest.UsageError(problem)
 
     from engine_fixtures.isolation.cgroups import configure_parent, configured_parent
     from engine_fixtures.machine import MachineInfo
@@ -75,6 +77,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if bad:
         raise pytest.UsageError("invalid perf suite markers:\n" + "\n".join(bad))
     xdist = marks.xdist_reason(config)
+    refusal = marks.cpu_quota_refusal(settings.cpu_quota, settings.sources["cpu_quota"])
+    if refusal is not None and any(item.get_closest_marker("mechanism") is not None for item in items):
+        raise pytest.UsageError(refusal)
     for item in items:
         reason = None
         measured = marks.is_measured(item)

@@ -19,8 +19,12 @@ implies the pass condition. Inconclusive is what a run noisier than its baseline
 bring se_run down, and what it keeps at the budget: then it is not a pass.
 
 Paired (A/B blocks or same-run arm pairs, ``judge_paired``): the same rule on the mean of per-block log
-ratios, with ``se = sd/sqrt(P)``; the promise uses the budget's ``P_max`` blocks, so a clean comparison
-passes once the interval is narrow enough, and a real change is flagged as soon as it is significant.
+ratios, with ``se = sd/sqrt(P)``; the promise is a declared size (the metric's ``ab_detect``, 10 % for
+throughput, TTFT and TPOT, or ``--perf-ab-detect``), so ``pass`` always excludes that size and an interval too
+wide to exclude it is ``inconclusive``, at the budget too.
+
+Family (``gate_alpha``): a scenario's gating metrics share ``FAMILY_ALPHA`` (Bonferroni over metrics and sides)
+so that a whole clean run goes red at most 1 time in 20.
 
 Bound (a same-run invariant "ratio >= bound", ``judge_bound``): regression when the one-sided interval
 of the ratio lies below the bound, pass when it lies above, inconclusive while it straddles it.
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -42,6 +46,8 @@ Status = Literal["pass", "regression", "improvement", "inconclusive"]
 ALPHA = 0.01
 BETA = 0.10
 MIN_BLOCKS = 3
+FAMILY_ALPHA = 0.05  # a whole clean run of one scenario (all gating metrics, both sides) goes red <= 1 in 20
+DEFAULT_AB_DETECT = math.log1p(0.10)  # what an A/B promises when a metric declares nothing else
 
 
 def q(p: float, df: float) -> float:
@@ -79,10 +85,41 @@ def _classify(effect: float, se: float, df: float, threshold: float, detectable:
     return Decision("inconclusive", effect, se, df, threshold, detectable, why_not)
 
 
+def gate_alpha(alpha: float, family: int = 1) -> float:
+    """The per-side alpha of one cell when ``family`` gating metrics of one scenario are judged together: a
+    whole clean run (``family`` metrics, both sides, every look) goes red at most ``FAMILY_ALPHA`` of the time
+    (Bonferroni), and never looser than ``alpha`` itself. ``alpha`` is already per look (``Budget``)."""
+    if family < 1:
+        raise ValueError(f"a family has at least one metric, got {family}")
+    return alpha * min(1.0, FAMILY_ALPHA / (2 * family * ALPHA))
+
+
+def promised_size(model: NoiseModel, floor: float, alpha: float = ALPHA, beta: float = BETA) -> float:
+    """What a pool promises to catch (judged scale): ``max(floor, t(1-alpha) se_ref) + t(1-beta) se_ref`` for a
+    run measured like the pool's runs. The one formula: the gate, ``perf-baseline show``, the update diffs and
+    the README's tables all call this with the gate's own per-look, per-family alpha."""
+    se_ref, df_ref = model.prediction(model.typical_windows)
+    return max(floor, q(1 - alpha, df_ref) * se_ref) + q(1 - beta, df_ref) * se_ref
+
+
+def runs_to_promise(model: NoiseModel, floor: float, limit: float, alpha: float = ALPHA, beta: float = BETA,
+                    most: int = 50) -> int | None:
+    """The smallest pool size whose promise is <= ``limit`` if more runs as noisy as these were pooled (None:
+    not within ``most`` runs; the machine or the window is too noisy)."""
+    n = model.typical_windows
+    for k in range(model.runs + 1, most + 1):
+        bigger = replace(model, runs=k, windows=(n,) * k, within_df=k * (n - 1))
+        if promised_size(bigger, floor, alpha, beta) <= limit:
+            return k
+    return None
+
+
 def judge_history(model: NoiseModel, current: Sequence[float], sign: float, floor: float,
-                  alpha: float = ALPHA, beta: float = BETA) -> Decision:
+                  alpha: float = ALPHA, beta: float = BETA, max_detect: float | None = None) -> Decision:
     """This run's windows ``current`` (judged scale) against the pooled ``model``; ``sign`` is +1 when larger is
-    worse, -1 when larger is better; ``floor`` is the declared smallest change worth flagging (judged scale)."""
+    worse, -1 when larger is better; ``floor`` is the declared smallest change worth flagging (judged scale);
+    ``max_detect`` the widest promise the metric accepts (judged scale): a pool that promises less is too wide to
+    gate, and its ``pass`` is ``inconclusive`` naming the pool size that would do."""
     cur = np.asarray(current, dtype=float)
     if cur.size == 0:
         raise ValueError("no windows in this run to judge")
@@ -91,33 +128,47 @@ def judge_history(model: NoiseModel, current: Sequence[float], sign: float, floo
     if reason is not None:
         return Decision("inconclusive", effect, math.nan, math.nan, math.nan, None, reason)
     se_run, df_run = model.prediction(cur.size, run_within_sd(model, cur))
-    se_ref, df_ref = model.prediction(model.typical_windows)
     threshold = max(floor, q(1 - alpha, df_run) * se_run)
-    detectable = max(floor, q(1 - alpha, df_ref) * se_ref) + q(1 - beta, df_ref) * se_ref
+    detectable = promised_size(model, floor, alpha, beta)
     why = (f"this run ({cur.size} windows) is noisier than its baseline's runs: prediction error {se_run:.3g} vs "
-           f"{se_ref:.3g}; more windows or a quieter machine")
-    return _classify(effect, se_run, df_run, threshold, detectable, beta, why)
+           f"{model.prediction(model.typical_windows)[0]:.3g}; more windows or a quieter machine")
+    d = _classify(effect, se_run, df_run, threshold, detectable, beta, why)
+    if d.status == "pass" and max_detect is not None and detectable > max_detect:
+        k = runs_to_promise(model, floor, max_detect, alpha, beta)
+        more = (f"a pool of {k} such runs would (`perf-baseline update --from-runs {k}`)" if k is not None else
+                "no pool of <= 50 such runs would: the spread between runs (engine starts) dominates; judge "
+                "this change by the A/B against a reference build (--perf-reference) or on a quieter machine")
+        return replace(d, status="inconclusive", reason=f"the pool of {model.runs} runs is too wide to gate: it "
+                       f"promises {detectable:.3g} where the metric accepts at most {max_detect:.3g} (judged "
+                       f"scale); {more}")
+    return d
 
 
 def judge_paired(log_ratios: Sequence[float], sign: float, floor: float, budget: int,
-                 alpha: float = ALPHA, beta: float = BETA) -> Decision:
-    """Per-block ``log(candidate / reference)`` values (judged scale differences) of a paired design."""
+                 alpha: float = ALPHA, beta: float = BETA, detect: float = DEFAULT_AB_DETECT) -> Decision:
+    """Per-block ``log(candidate / reference)`` values (judged scale differences) of a paired design.
+
+    ``detect`` is the declared size the A/B promises to catch (judged scale; the metric's ``ab_detect`` or
+    ``--perf-ab-detect``): ``pass`` requires the interval to exclude it (``|effect| + t(1-beta) se <= detect``),
+    so a pass at any block count means the same thing; an interval still too wide at the budget stays
+    ``inconclusive`` and says how many units would narrow it. ``budget`` (the most units the runner measures)
+    only enters that message."""
     r = sign * np.asarray(log_ratios, dtype=float)
     p = r.size
     if p < MIN_BLOCKS:
         effect = float(r.mean()) if p else math.nan
-        return Decision("inconclusive", effect, math.nan, math.nan, math.nan, None,
+        return Decision("inconclusive", effect, math.nan, math.nan, math.nan, detect,
                         f"{p} paired block(s); a paired interval needs >= {MIN_BLOCKS}")
     sd = float(r.std(ddof=1))
     effect = float(r.mean())
     df = p - 1
     se = sd / math.sqrt(p)
-    cap = max(budget, p)
-    se_budget = sd / math.sqrt(cap)
     threshold = max(floor, q(1 - alpha, df) * se)
-    detectable = max(floor, q(1 - alpha, cap - 1) * se_budget) + q(1 - beta, cap - 1) * se_budget
-    why = f"the interval of {p} blocks (se {se:.3g}) still spans the promised size; more blocks"
-    return _classify(effect, se, df, threshold, detectable, beta, why)
+    promise = max(detect, floor)
+    need = math.ceil(((q(1 - alpha, df) + q(1 - beta, df)) * sd / promise) ** 2) if promise > 0 else p
+    why = (f"the interval of {p} units (se {se:.3g}) does not exclude the promised size {promise:.3g} (judged "
+           f"scale); about {max(need, p + 1)} units would (budget {budget})")
+    return _classify(effect, se, df, threshold, promise, beta, why)
 
 
 def judge_bound(log_ratios: Sequence[float], bound: float, alpha: float = ALPHA) -> Decision:
@@ -138,19 +189,42 @@ def judge_bound(log_ratios: Sequence[float], bound: float, alpha: float = ALPHA)
     return _bound_decision(effect, se, p - 1, bound, alpha, "more rounds")
 
 
+MIN_INSTANCES = 2  # engine instances per arm before an unpaired invariant can judge anything
+
+
+def instance_means(logs: Sequence[float], instances: Sequence[str] | None) -> np.ndarray:
+    """Mean of ``logs`` per engine instance (in order of first appearance); no ids: one instance."""
+    x = np.asarray(logs, dtype=float)
+    if instances is None:
+        return x[:1] * 0 + x.mean() if x.size else x
+    if len(instances) != x.size:
+        raise ValueError(f"window_instance names {len(instances)} windows but there are {x.size}")
+    order = list(dict.fromkeys(instances))
+    ids = np.asarray(instances, dtype=object)
+    return np.array([x[ids == i].mean() for i in order])
+
+
 def judge_bound_unpaired(reference_logs: Sequence[float], current_logs: Sequence[float], bound: float,
-                         alpha: float = ALPHA) -> Decision:
-    """Invariant ``exp(mean current - mean reference) >= bound`` for two separately measured arms (separate
-    engines, one after the other): a Welch interval, which knows only the spread inside each run."""
-    ref, cur = np.asarray(reference_logs, dtype=float), np.asarray(current_logs, dtype=float)
-    if ref.size < MIN_BLOCKS or cur.size < MIN_BLOCKS:
-        return Decision("inconclusive", math.nan, math.nan, math.nan, 0.0, None,
-                        f"{min(ref.size, cur.size)} window(s) on one side; the invariant needs >= {MIN_BLOCKS}")
+                         alpha: float = ALPHA, reference_instances: Sequence[str] | None = None,
+                         current_instances: Sequence[str] | None = None) -> Decision:
+    """Invariant ``exp(mean current - mean reference) >= bound`` for two arms served by separate engines.
+
+    The unit is the engine instance, as in the A/B: windows are averaged per instance (``*_instances`` name the
+    instance of each window; None: all windows came from one instance) and a Welch interval is taken over the
+    instance means, because two starts of one build differ by more than one start's windows do (+15.8 % TPOT on
+    the H200). Fewer than ``MIN_INSTANCES`` instances on either arm is ``inconclusive``, never a pass."""
+    ref = instance_means(reference_logs, reference_instances)
+    cur = instance_means(current_logs, current_instances)
+    effect = math.log(bound) - float(cur.mean() - ref.mean()) if ref.size and cur.size else math.nan
+    if ref.size < MIN_INSTANCES or cur.size < MIN_INSTANCES:
+        return Decision("inconclusive", effect, math.nan, math.nan, 0.0, None,
+                        f"{ref.size} reference and {cur.size} current engine instance(s); windows of one instance "
+                        f"share its start's offset, so the invariant needs >= {MIN_INSTANCES} fresh engine "
+                        "instances per arm: measure more fresh engine instances per arm")
     va, vb = ref.var(ddof=1) / ref.size, cur.var(ddof=1) / cur.size
     se = math.sqrt(va + vb)
     df = (va + vb) ** 2 / ((va**2) / (ref.size - 1) + (vb**2) / (cur.size - 1)) if se > 0 else math.inf
-    effect = math.log(bound) - float(cur.mean() - ref.mean())
-    return _bound_decision(effect, se, df, bound, alpha, "more windows")
+    return _bound_decision(effect, se, df, bound, alpha, "more fresh engine instances per arm")
 
 
 def _bound_decision(effect: float, se: float, df: float, bound: float, alpha: float, more: str) -> Decision:

@@ -13,6 +13,25 @@ Contract:
 - ``judged=False`` marks a diagnostic: shown next to its baseline, never a verdict (throttled periods,
   achieved concurrency, raw cores). ``condition`` names when a judged metric applies (``gpu_bound``: GPU
   utilisation is judged only on arms whose baseline shows the GPU as the bottleneck).
+- ``gates``: whether a judged metric gates a scenario (``judge.gating``: req/s, TTFT p50, TPOT p50, the CPU
+  seconds per request of the role the arm changes, the mechanism counters, and on the CPU tier the copy path's
+  rates); the others are judged only as the scenario's diagnostics (report-only rows), so a clean run is not
+  failed by ~85 correlated cells each at its own alpha (output tok/s repeats req/s; the p99s are too noisy).
+  ``cpu_share_of_quota.<role>`` never gates: under a binding quota the roles' shares are zero-sum, so a starved
+  role reads as an improvement and its neighbour as a regression. The CPU cost of a role is judged by
+  ``cpu_s_per_request.<role>``, which does not depend on what the other roles got.
+- GPU utilisation: no committed pool reaches the 60 % mean that makes an arm GPU-bound, so on those arms it is a
+  diagnostic. The GPU side is judged instead by TPOT p50 (decode time per token, where a slower GPU path shows)
+  and req/s; a run that lost NVML while its pool has ``gpu_util_mean`` says so in its row (or fails on a
+  GPU-bound arm).
+- ``ab_detect``: the change the paired A/B promises to catch (10 % for throughput, TTFT and TPOT; the other
+  values are declared starting points, not yet measured); ``--perf-ab-detect`` overrides it on log-scale metrics.
+- ``max_detect``: the widest promise a pooled baseline may make and still gate this metric; a pool that
+  promises more is too wide (``inconclusive``, naming how many runs would do). Declared so that a pool which
+  cannot see a 1.5x change in throughput or a p50 latency (2x for a p99, 1.6x for CPU per request) does not
+  gate; the sharp promise is the A/B's (10 %). The committed H200 tiny pool's TPOT p50 (+70 %) is too wide.
+- ``--perf-floor PCT`` overrides the floor of log-scale metrics only: on a linear metric a percent has no unit,
+  so its declared floor stays.
 - Patterns: ``<name>.<role>`` for per-role CPU metrics, and ``rel.<name>``: a metric divided by the same
   metric of the scenario's control arm measured in the same rounds (it inherits direction, scale and floor).
 - ``metric(name)`` raises ``UnknownMetric`` (a ``KeyError`` and a ``PerfError``) listing the known names.
@@ -54,6 +73,9 @@ class Metric:
     judged: bool
     description: str
     condition: str | None = None
+    gates: bool = True
+    ab_detect: float | None = None  # declared A/B promise (relative on log scale, in ``unit`` on linear)
+    max_detect: float | None = None  # widest pooled promise that still gates (same units)
 
     def __post_init__(self) -> None:
         if self.direction not in DIRECTIONS:
@@ -71,36 +93,60 @@ class Metric:
         """The floor on the judged scale."""
         return self.scale.size(self.floor)
 
+    def floor_size(self, override: float | None) -> float:
+        """The floor on the judged scale with ``--perf-floor``/``perf(floor=)`` (a fraction) applied: it replaces
+        the floor of log-scale metrics; a linear metric keeps its declared floor (a percent has no unit there)."""
+        if override is None or self.scale.name != "log":
+            return self.scale_floor
+        return self.scale.size(override)
+
+    def ab_size(self, override: float | None = None) -> float:
+        """The A/B promise on the judged scale (``--perf-ab-detect`` applies to log-scale metrics only)."""
+        if override is not None and self.scale.name == "log":
+            return self.scale.size(override)
+        return self.scale.size(self.ab_detect if self.ab_detect is not None else 0.10)
+
+    @property
+    def max_size(self) -> float | None:
+        return None if self.max_detect is None else self.scale.size(self.max_detect)
+
 
 def _m(name: str, unit: str, direction: Direction, scale: Scale, floor: float, description: str,
-       condition: str | None = None) -> Metric:
-    return Metric(name, unit, direction, scale, floor, True, description, condition)
+       condition: str | None = None, *, gates: bool = True, ab: float, most: float) -> Metric:
+    return Metric(name, unit, direction, scale, floor, True, description, condition, gates, ab, most)
 
 
 def _diag(name: str, unit: str, description: str) -> Metric:
-    return Metric(name, unit, "none", LINEAR, 0.0, False, description)
+    return Metric(name, unit, "none", LINEAR, 0.0, False, description, None, False)
 
 
 _ALL: tuple[Metric, ...] = (
-    # Throughput (bigger is better).
-    _m("requests_per_s", "req/s", "higher", LOG, 0.03, "completed requests per second in the window"),
-    _m("output_tokens_per_s", "tok/s", "higher", LOG, 0.03, "generated tokens per second over the window"),
-    _m("copy_per_s", "copies/s", "higher", LOG, 0.03, "SHM tensor copies per second"),
+    # Throughput (bigger is better). ``ab``: the A/B promise; ``most``: the widest pooled promise that gates.
+    _m("requests_per_s", "req/s", "higher", LOG, 0.03, "completed requests per second in the window",
+       ab=0.10, most=0.50),
+    _m("output_tokens_per_s", "tok/s", "higher", LOG, 0.03, "generated tokens per second over the window",
+       gates=False, ab=0.10, most=0.50),  # the same windows' req/s times a fixed output length: counted once
+    _m("copy_per_s", "copies/s", "higher", LOG, 0.03, "SHM tensor copies per second", ab=0.10, most=0.50),
     # Latency (smaller is better).
-    _m("latency_p50_ms", "ms", "lower", LOG, 0.03, "median per-request latency"),
-    _m("latency_p99_ms", "ms", "lower", LOG, 0.10, "99th percentile per-request latency"),
-    _m("ttft_p50_ms", "ms", "lower", LOG, 0.03, "median time to first token"),
-    _m("ttft_p99_ms", "ms", "lower", LOG, 0.10, "99th percentile time to first token"),
-    _m("tpot_p50_ms", "ms", "lower", LOG, 0.03, "median time per output token after the first"),
-    _m("itl_p50_ms", "ms", "lower", LOG, 0.03, "median inter-token latency"),
-    _m("e2e_p50_ms", "ms", "lower", LOG, 0.03, "median end-to-end request latency"),
+    _m("latency_p50_ms", "ms", "lower", LOG, 0.03, "median per-request latency", ab=0.10, most=0.50),
+    _m("latency_p99_ms", "ms", "lower", LOG, 0.10, "99th percentile per-request latency", gates=False,
+       ab=0.20, most=1.00),
+    _m("ttft_p50_ms", "ms", "lower", LOG, 0.03, "median time to first token", ab=0.10, most=0.50),
+    _m("ttft_p99_ms", "ms", "lower", LOG, 0.10, "99th percentile time to first token", gates=False,
+       ab=0.20, most=1.00),
+    _m("tpot_p50_ms", "ms", "lower", LOG, 0.03, "median time per output token after the first", ab=0.10, most=0.50),
+    _m("itl_p50_ms", "ms", "lower", LOG, 0.03, "median inter-token latency", gates=False, ab=0.10, most=0.50),
+    _m("e2e_p50_ms", "ms", "lower", LOG, 0.03, "median end-to-end request latency", gates=False, ab=0.10, most=0.50),
     # Mechanism metrics of the transport arms.
     _m("ipc_opens_per_image", "opens/img", "lower", LINEAR, 0.05,
-       "CUDA IPC handle opens per image (1.0 means no pool-handle cache)"),
-    _m("rebuild_ms_per_image", "ms/img", "lower", LOG, 0.05, "scheduler time to rebuild a shared feature per image"),
+       "CUDA IPC handle opens per image (1.0 means no pool-handle cache)", ab=0.10, most=0.50),
+    _m("rebuild_ms_per_image", "ms/img", "lower", LOG, 0.05, "scheduler time to rebuild a shared feature per image",
+       ab=0.15, most=0.50),
     # Utilisation: judged where the GPU is the bottleneck (a CPU-side regression then leaves it idle).
-    _m("gpu_util_mean", "%", "higher", LINEAR, 2.0, "mean NVML GPU utilisation over the window", GPU_BOUND),
-    _m("running_requests_max", "req", "higher", LINEAR, 1.0, "peak running requests the scheduler reported"),
+    _m("gpu_util_mean", "%", "higher", LINEAR, 2.0, "mean NVML GPU utilisation over the window", GPU_BOUND,
+       ab=5.0, most=10.0),
+    _m("running_requests_max", "req", "higher", LINEAR, 1.0, "peak running requests the scheduler reported",
+       gates=False, ab=1.5, most=4.0),
     # Diagnostics: shown next to the baseline, never judged.
     _diag("producer_cpu_cores", "cores", "CPU cores used by the mechanism producer's process tree"),
     _diag("producer_share_of_quota", "ratio", "producer CPU / applied cgroup quota"),
@@ -116,9 +162,10 @@ METRICS: Mapping[str, Metric] = MappingProxyType({m.name: m for m in _ALL})
 
 PATTERNS: tuple[Metric, ...] = (
     _m("cpu_s_per_request.<role>", "cpu-s/req", "lower", LOG, 0.05,
-       "CPU seconds one role's processes spent per completed request"),
+       "CPU seconds one role's processes spent per completed request", ab=0.15, most=0.60),
     _m("cpu_share_of_quota.<role>", "of quota", "lower", LINEAR, 0.02,
-       "one role's CPU as a share of the applied cgroup quota"),
+       "one role's CPU as a share of the applied cgroup quota (zero-sum under a binding quota: never gates)",
+       gates=False, ab=0.03, most=0.05),
     _diag("cpu_cores.<role>", "cores", "CPU cores used by the processes of one role"),
     _diag("threads.<role>", "threads", "thread count of one role's processes (max)"),
 )

@@ -1,6 +1,7 @@
 """HTML report with matplotlib plots (``Figure`` objects, Agg canvas, no pyplot state).
 
-Plots only for metrics that are present.
+Plots only for metrics that are present. The report leads with what each scenario's verdicts promise
+(``report.forest``: a forest plot per scenario, per-block ratios per A/B), then the table.
 
 Plots: throughput vs concurrency per arm (``requests_per_s``/``output_tokens_per_s``/``copy_per_s``
 against the arm axis ``c`` or ``concurrency``), a bar chart per gated metric comparing arms (median
@@ -20,6 +21,7 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from engine_fixtures.judge.summary import summarize
+from engine_fixtures.report.forest import ab_pairs, ab_ratios, forest
 from engine_fixtures.report.table import COLUMNS, Row, ordered
 from engine_fixtures.store.files import atomic_write_text
 from engine_fixtures.store.results import ResultsFile, RunResult
@@ -101,10 +103,28 @@ def _distribution(results: Sequence[RunResult], name: str) -> str | None:
     return _png(fig)
 
 
+def _promises(results: Sequence[RunResult], rows: Sequence[Row]) -> list[str]:
+    """What leads the report: each scenario's forest plot, then each A/B's per-block ratios."""
+    out = []
+    by: dict[str, list[Row]] = {}
+    for r in rows:
+        by.setdefault(r.scenario, []).append(r)
+    for scenario, its in sorted(by.items()):
+        fig = forest(scenario, [r.verdict for r in its])
+        if fig is not None:
+            out.append(f"<h2>what {html.escape(scenario)} promises</h2>{_png(fig)}")
+    for cand, ref in ab_pairs(results):
+        fig = ab_ratios(cand, ref)
+        if fig is not None:
+            out.append(f"<h2>A/B per block: {html.escape(cand.scenario)}</h2>{_png(fig)}")
+    return out
+
+
 def render_html(results: ResultsFile, rows: Sequence[Row], trends: Sequence[tuple[str, Figure]] = ()) -> str:
     res = results.results
     parts = [f"<h1>Performance report</h1><p>machine <code>{html.escape(results.machine_key)}</code>, "
              f"commit <code>{html.escape(results.suite_commit)}</code>, {html.escape(results.date)}</p>"]
+    parts += _promises(res, rows)
     parts.append("<table border=1><tr>" + "".join(f"<th>{c}</th>" for c in COLUMNS) + "</tr>")
     for r in ordered(rows):
         parts.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r.cells()) + "</tr>")

@@ -23,7 +23,14 @@ from typing import Any
 
 import pytest
 
-from engine_fixtures.errors import ConfigError, Inconclusive, InvariantViolated, PerformanceRegression, StaleBaseline
+from engine_fixtures.errors import (
+    BaselineError,
+    ConfigError,
+    Inconclusive,
+    InvariantViolated,
+    PerformanceRegression,
+    StaleBaseline,
+)
 from engine_fixtures.judge.decide import ALPHA
 from engine_fixtures.judge.verdicts import Verdict, diagnostic, judge_invariant, judge_result
 from engine_fixtures.options import resolve
@@ -89,8 +96,29 @@ class PerfRecorder:
         self.session.record(self.item.nodeid, result, verdicts, path if isinstance(base, Baseline) else None)
         self.sections_for(result.scenario, result.arm, verdicts, f"baseline {path}")
         missing = base.reason if isinstance(base, MissingBaseline) else None
+        self.require_pool(result.scenario, verdicts, missing)
         conclude(result.scenario, verdicts, self.session.settings.strict, missing)
         return verdicts
+
+    def require_pool(self, scenario: str, verdicts: Sequence[Verdict], missing: str | None) -> None:
+        """GPU tier, strict: a missing pool (or one still being built) fails unless the scenario is declared new
+        (``perf(new="why")``), the run says ``--perf-allow-missing-baselines``, or it records baselines. The CPU
+        tier judges same-run invariants on fresh boxes and keeps its ``no-baseline`` rows."""
+        __tracebackhide__ = True
+        settings = self.session.settings
+        if (not settings.strict or settings.allow_missing_baselines or settings.update_baselines
+                or not _gpu_tier(self.item, scenario) or _declared_new(self.item)):
+            return
+        unpooled = [v.metric for v in verdicts if v.status == "no-baseline" and v.gating]
+        if missing is None and not unpooled:
+            return
+        where = missing or f"{scenario}: no judging pool for {', '.join(unpooled)}"
+        raise BaselineError(
+            f"{where}\nA strict GPU-tier run judges nothing without a pool, and the machine key "
+            f"({self.session.machine_key}) includes the visible CPUs and the quota: a changed cpuset or a wrong "
+            "PERF_BASELINE_DIR reads as a missing pool. Check `perf-baseline show`; record the pool with "
+            f"{UPDATE_HINT}; or, for a scenario that is really new, mark it perf(new='why') or run with "
+            "--perf-allow-missing-baselines")
 
     def diagnostic(self, result: RunResult, why: str) -> list[Verdict]:
         """Record ``result`` as report-only rows (e.g. a control arm: its numbers are the machine's speed)."""
@@ -110,8 +138,9 @@ class PerfRecorder:
         if alpha is None:
             alphas = [alpha_of(x) for x in (reference, current) if isinstance(x, RunResult)]
             alpha = min(alphas) if alphas else ALPHA
-        a = alpha
-        verdict = judge_invariant(label, metric_name, ref, cur, bound, paired=paired, alpha=a)
+        verdict = judge_invariant(label, metric_name, ref, cur, bound, paired=paired, alpha=alpha,
+                                  reference_instances=None if paired else _instances(reference, ref),
+                                  current_instances=None if paired else _instances(current, cur))
         scenario = current.scenario if isinstance(current, RunResult) else self.item.nodeid
         self.session.record_invariant(self.item.nodeid, scenario, verdict)
         self.sections_for(scenario, {}, [verdict], "same-run invariant")
@@ -127,12 +156,36 @@ class PerfRecorder:
         add_on_failure(self.item, "perf verdicts", lambda: table)
 
 
+def _gpu_tier(item: pytest.Item, scenario: str) -> bool:
+    """An engine scenario (its id starts ``engine/``) or an ``engine``-marked test."""
+    return scenario.startswith("engine/") or item.get_closest_marker("engine") is not None
+
+
+def _declared_new(item: pytest.Item) -> bool:
+    mark = item.get_closest_marker("perf")
+    return bool(mark is not None and mark.kwargs.get("new"))
+
+
 def _samples(x: RunResult | Sequence[float], name: str) -> Sequence[float]:
     if isinstance(x, RunResult):
         if name not in x.samples:
             raise KeyError(f"{x.scenario} has no samples for {name!r} (it has {sorted(x.samples)})")
         return x.samples[name]
     return x
+
+
+INSTANCE_KEY = "window_instance"  # RunResult.metadata: the engine instance (an id) that served each window
+
+
+def _instances(x: RunResult | Sequence[float], values: Sequence[float]) -> Sequence[str] | None:
+    """The engine instance of each window (``metadata["window_instance"]``); None (one instance) for results
+    recorded before the runner named them, or when the ids do not line up with the samples."""
+    if not isinstance(x, RunResult):
+        return None
+    ids = x.metadata.get(INSTANCE_KEY)
+    if not isinstance(ids, (list, tuple)) or len(ids) != len(values):
+        return None
+    return [str(i) for i in ids]
 
 
 def _inconclusive(strict: bool, text: str) -> None:
@@ -150,7 +203,7 @@ def conclude(scenario: str, verdicts: Sequence[Verdict], strict: bool, missing: 
     if regressions:
         lines = "\n".join(f"  {v.message}" for v in regressions)
         raise PerformanceRegression(f"performance regression in {scenario}:\n{lines}\nIf the change is intended, "
-                                    "re-record the baseline: `perf-baseline update --from-runs 3 --accept REASON`")
+                                    "re-record the baseline: `perf-baseline update --from-runs 5 --accept REASON`")
     undecided = [v for v in verdicts if v.status == "inconclusive"]
     if undecided:
         _inconclusive(strict, f"{scenario}:\n" + "\n".join(f"  {v.message}" for v in undecided))
@@ -159,7 +212,7 @@ def conclude(scenario: str, verdicts: Sequence[Verdict], strict: bool, missing: 
         lines = "\n".join(f"  {v.message}" for v in better)
         raise StaleBaseline(f"improvement in {scenario}: the baseline no longer describes this build, so a later "
                             f"regression back to the old level would pass unseen:\n{lines}\nRecord it: "
-                            "`perf-baseline update --from-runs 3` (after the change has landed)")
+                            "`perf-baseline update --from-runs 5` (after the change has landed)")
     if not any(v.is_verdict for v in verdicts):
         building = next((v.message for v in verdicts if v.status == "no-baseline"), None)
         if missing is None and building is None:

@@ -30,17 +30,28 @@ from types import MappingProxyType
 from typing import Any
 
 from engine_fixtures.errors import BaselineError
-from engine_fixtures.judge.decide import ALPHA, BETA, q
+from engine_fixtures.judge.decide import BETA, gate_alpha, promised_size
+from engine_fixtures.judge.gating import arm_of, gating
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.noise import MIN_RUNS, NoiseModel
-from engine_fixtures.judge.verdicts import worse_change
+from engine_fixtures.judge.rows import worse_change
+from engine_fixtures.judge.sequential import Budget
+from engine_fixtures.options import OPTIONS_BY_NAME
 from engine_fixtures.store.files import atomic_write_text, dumps, file_name_of, scenario_of
 from engine_fixtures.store.results import ResultsFile, RunResult
 
 BASELINE_FORMAT_VERSION = 3
 MAX_RUNS = 10
-UPDATE_HINT = ("`perf-baseline update --from-runs 3` (pools this machine's newest 3 clean runs from the run "
-               "history) or `pytest --perf-update-baselines` once per run")
+POOL_RUNS = 5  # the pool size recorded by default: simulated false alarms stay within nominal from K = 5 (docs/results)
+UPDATE_HINT = (f"`perf-baseline update --from-runs {POOL_RUNS}` (pools this machine's newest {POOL_RUNS} clean runs "
+               "from the run history) or `pytest --perf-update-baselines` once per run")
+
+
+def default_gate_alpha(family: int) -> float:
+    """The per-cell alpha the gate uses at the default budget (``--perf-repeats``/``--perf-max-repeats``
+    defaults: alpha / looks) for a scenario with ``family`` gating metrics: what published promises use."""
+    n, most = OPTIONS_BY_NAME["repeats"].default, OPTIONS_BY_NAME["max_repeats"].default
+    return gate_alpha(Budget(n, n, max(n, most)).alpha_per_look(), max(1, family))
 
 Samples = Mapping[str, tuple[float, ...]]
 
@@ -108,8 +119,10 @@ class Baseline:
 
     def noise(self) -> dict[str, dict[str, Any]]:
         """Per judged metric: runs, windows, level and the spread between and within runs, and what the pool
-        promises to catch (derived; for people reading the file)."""
+        promises to catch (derived; for people reading the file), with the gate's own formula
+        (``decide.promised_size``) at the alpha the gate uses at the default budget (``default_gate_alpha``)."""
         out: dict[str, dict[str, Any]] = {}
+        alpha = default_gate_alpha(len(gating(self.metric_names(), arm_of(self.scenario), self.runs_for)))
         for name in self.metric_names():
             m = metric(name)
             runs = self.runs_for(name)
@@ -121,9 +134,7 @@ class Baseline:
                                      "between_sd": _round(model.between_sd), "within_sd": _round(model.within_sd),
                                      "scale": m.scale.name}
             if model.runs >= MIN_RUNS:
-                se, df = model.prediction(model.typical_windows)
-                size = max(m.scale_floor, q(1 - ALPHA, df) * se) + q(1 - BETA, df) * se
-                entry["detectable"] = _round(worse_change(m, size))
+                entry["detectable"] = _round(worse_change(m, promised_size(model, m.scale_floor, alpha, BETA)))
             out[name] = entry
         return out
 

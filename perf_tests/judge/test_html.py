@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from engine_fixtures.judge.verdicts import judge_metric
 from engine_fixtures.report.html import render_html
 from engine_fixtures.report.table import rows_for
@@ -25,3 +27,28 @@ def test_one_concurrency_point_draws_bars_not_a_line() -> None:
 def test_two_concurrency_points_draw_the_line() -> None:
     page = render_html(ResultsFile((result(4, 10.0), result(16, 30.0)), "m"), [])
     assert "requests_per_s vs concurrency" in page
+
+
+def test_the_report_leads_with_each_scenarios_promise_and_the_ab_blocks() -> None:
+    """Issue 19: one forest plot per scenario (change, interval, threshold, promise), per-block A/B ratios."""
+    from engine_fixtures.report.forest import ab_pairs, ab_ratios, forest
+
+    pool = [(30.0, 30.2, 29.9), (29.8, 30.1, 30.0), (30.3, 30.0, 30.1), (30.1, 29.9, 30.2), (29.9, 30.0, 30.3)]
+    r = result(16, 30.0)
+    v = judge_metric("requests_per_s", pool, r.samples["requests_per_s"])
+    page = render_html(ResultsFile((r,), "m"), rows_for(r.scenario, r.arm, [v]))
+    assert page.index("what engine/x=1/c=16 promises") < page.index("<table")
+    fig = forest(r.scenario, [v])
+    ax = fig.axes[0]
+    drawn = sorted(x for line in ax.lines for x in line.get_xdata())
+    assert 100 * v.detectable in drawn  # the promise
+    assert 100 * v.flags in drawn  # the threshold
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["requests_per_s"]
+    assert forest(r.scenario, []) is None
+
+    ref = RunResult("engine/x=1/c=16/build=reference", {"x": "1"}, {"requests_per_s": (30.0, 30.0, 31.0, 31.0)})
+    cand = RunResult("engine/x=1/c=16", {"x": "1"}, {"requests_per_s": (33.0, 33.0, 31.0, 31.0)})
+    assert ab_pairs([cand, ref]) == [(cand, ref)]
+    (line, *_) = ab_ratios(cand, ref).axes[0].lines
+    assert list(line.get_ydata()) == pytest.approx([1.1, 1.0])  # block 1: 33/30, block 2: 31/31
+    assert "A/B per block" in render_html(ResultsFile((cand, ref), "m"), [])

@@ -37,7 +37,7 @@ def test_directions_of_known_metrics() -> None:
 def test_the_four_design_card_metrics_are_judged() -> None:
     """Throughput, latency, CPU share per role and GPU utilisation (on GPU-bound arms) all carry verdicts."""
     assert all(metric(n).judged for n in ("requests_per_s", "ttft_p50_ms", "tpot_p50_ms",
-                                          "cpu_s_per_request.tokenizer", "cpu_share_of_quota.scheduler"))
+                                          "cpu_s_per_request.http_server", "cpu_share_of_quota.scheduler"))
     assert metric("gpu_util_mean").judged
     assert metric("gpu_util_mean").condition == "gpu_bound"
 
@@ -78,3 +78,22 @@ def test_judged_metric_without_direction_or_floor_is_rejected() -> None:
         Metric("x", "ms", "lower", LOG, 0.0, True, "")
     with pytest.raises(ValueError, match="direction"):
         Metric("x", "ms", "up", LOG, 0.1, False, "")  # type: ignore[arg-type]
+
+
+def test_every_gating_metric_declares_its_ab_size_and_widest_promise() -> None:
+    for m in [*METRICS.values(), *PATTERNS]:
+        if m.judged:
+            assert m.ab_detect is not None, m.name
+            assert m.ab_detect > 0, m.name
+            assert m.max_detect is not None, m.name
+            assert m.max_detect > m.floor, m.name
+    for name in ("requests_per_s", "ttft_p50_ms", "tpot_p50_ms"):
+        assert metric(name).ab_detect == 0.10
+
+
+def test_roles_the_engine_really_emits() -> None:
+    """The committed H200 pools' roles (a role never emitted, like 'tokenizer', judges nothing)."""
+    from engine_fixtures.judge.gating import ROLES_BY_AXIS
+
+    emitted = {"http_server", "scheduler", "detokenizer"}
+    assert {r for roles in ROLES_BY_AXIS.values() for r in roles} <= emitted

@@ -62,7 +62,7 @@ def test_fresh_machine_skips_with_the_command_then_three_runs_make_a_baseline(
         suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     r = run(suite)
     r.assert_outcomes(skipped=1, passed=1)  # the invariant still gives this box a verdict
-    r.stdout.fnmatch_lines(["*no baseline for 'demo/arm=a/c=4'*perf-baseline update --from-runs 3*"])
+    r.stdout.fnmatch_lines(["*no baseline for 'demo/arm=a/c=4'*perf-baseline update --from-runs 5*"])
     assert not (suite.path / "bl").exists()
     assert (suite.path / "out" / "report.html").stat().st_size > 0
     results = sorted((suite.path / "out").glob("results-*.json"))
@@ -183,3 +183,57 @@ def test_a_result_with_nothing_judged_is_a_usage_error_not_a_pass(pytester: pyte
     r = run(pytester)
     r.assert_outcomes(failed=1, passed=1)
     r.stdout.fnmatch_lines(["*no metric of this result is judged*perf_record.diagnostic*"])
+
+
+GPU_FILE = """
+import pytest
+from engine_fixtures.store.results import RunResult
+
+def result():
+    return RunResult("engine/transport=cpu/copy=buffer/c=16", {"copy": "buffer"},
+                     {"requests_per_s": (30.0, 31.0, 30.5), "tpot_p50_ms": (3.0, 3.1, 3.05)})
+
+@pytest.mark.perf
+def test_known(perf_record):
+    perf_record(result())
+
+@pytest.mark.perf(new="first run of a new arm")
+def test_declared_new(perf_record):
+    perf_record(result())
+"""
+
+
+def test_a_strict_gpu_tier_run_fails_on_a_missing_pool_unless_declared_new_or_allowed(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 19 item 4: no-baseline was a skip even in strict mode, so a changed machine key went green."""
+    pytester.makepyfile(test_gpu=GPU_FILE)
+    monkeypatch.setenv("PERF_STRICT", "yes")
+    monkeypatch.setenv("PERF_HISTORY_URL", "none")  # three in-process sessions; the history is not under test
+    r = run(pytester)
+    r.assert_outcomes(failed=1, skipped=1)
+    r.stdout.fnmatch_lines(["*BaselineError*no baseline for 'engine/transport=cpu/copy=buffer/c=16'*",
+                            "*includes the visible CPUs and the quota*"])
+    run(pytester, "--perf-allow-missing-baselines").assert_outcomes(skipped=2)
+    monkeypatch.setenv("PERF_STRICT", "no")
+    run(pytester).assert_outcomes(skipped=2)
+
+
+def test_require_gpu_stops_a_run_where_nvml_sees_no_gpu(pytester: pytest.Pytester) -> None:
+    from engine_fixtures.marks import require_gpu_problem
+
+    problem = require_gpu_problem(1)
+    if problem is None:
+        pytest.skip("this machine has a GPU and SGLang: --perf-require-gpu 1 holds here")
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    r = run(pytester, "--perf-require-gpu", "1")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(["*--perf-require-gpu 1:*drop --perf-require-gpu*"])
+
+
+def test_a_cpu_quota_number_is_refused_on_the_cpu_tier(pytester: pytest.Pytester) -> None:
+    """Issue 19 item 8: --perf-cpu-quota 2 was silently ignored by the mechanism arms."""
+    pytester.makepyfile(test_m="import pytest\n\n@pytest.mark.mechanism\ndef test_m():\n    pass\n")
+    r = run(pytester, "--perf-cpu-quota", "2")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(["*--perf-cpu-quota 2 (from command line --perf-cpu-quota)*would silently ignore it*"])
+    run(pytester, "--perf-cpu-quota", "none").assert_outcomes(passed=1)

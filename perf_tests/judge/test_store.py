@@ -124,7 +124,7 @@ def test_corrupted_or_unknown_files_raise_naming_file_and_command(tmp_path: Path
 def test_missing_baseline_is_distinct_and_names_update_command(tmp_path: Path) -> None:
     missing = BaselineStore(tmp_path, "cpu-test").load("a/b=1")
     assert isinstance(missing, MissingBaseline)
-    assert "perf-baseline update --from-runs 3" in missing.reason
+    assert "perf-baseline update --from-runs 5" in missing.reason
     assert "--perf-update-baselines" in missing.reason
     assert ">= 3 independent runs" in missing.reason
 

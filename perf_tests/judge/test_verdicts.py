@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from engine_fixtures.errors import MeasurementError
-from engine_fixtures.judge.verdicts import VERDICTS, judge_ab, judge_invariant, judge_metric, judge_result
+from engine_fixtures.judge.metrics import metric
+from engine_fixtures.judge.verdicts import judge_ab, judge_invariant, judge_metric, judge_result
 
 
 class Pool:
@@ -55,7 +56,8 @@ def test_result_diagnostics_missing_metrics_and_gpu_bound_condition() -> None:
     rows = judge_result({"requests_per_s": (20.0, 20.1, 19.9), "throttled_periods": (3.0, 3.0),
                          "gpu_util_mean": (5.2, 5.4, 5.0)}, pool, scenario="s")
     by = {v.metric: v for v in rows}
-    assert by["requests_per_s"].status in VERDICTS
+    assert by["requests_per_s"].status == "pass"
+    assert by["requests_per_s"].is_verdict
     assert by["throttled_periods"].status == "report-only"
     assert by["gpu_util_mean"].status == "report-only"
     assert "not this arm's bottleneck" in by["gpu_util_mean"].message
@@ -85,13 +87,68 @@ def test_paired_invariant_holds_fails_and_straddles() -> None:
 
 
 def test_unpaired_invariant_for_arms_of_separate_engines() -> None:
-    buffer_arm = [35.0, 36.0, 34.5, 35.5, 35.2]
-    stock = [16.0, 16.4, 15.8, 16.1, 16.2]
-    v = judge_invariant("stock/buffer", "requests_per_s", buffer_arm, stock, 0.9, paired=False)
+    buffer_arm = [35.0, 36.0, 34.5, 35.5, 35.2, 35.1]
+    stock = [16.0, 16.4, 15.8, 16.1, 16.2, 16.0]
+    one = judge_invariant("stock/buffer", "requests_per_s", buffer_arm, stock, 0.9, paired=False)
+    assert one.status == "inconclusive"  # one engine per arm: its windows share that start's offset
+    assert "more fresh engine instances per arm" in one.message
+    ids = ["a", "b", "c"] * 2
+    v = judge_invariant("stock/buffer", "requests_per_s", buffer_arm, stock, 0.9, paired=False,
+                        reference_instances=ids, current_instances=["d", "e", "f"] * 2)
     assert v.status == "regression"
-    lat = judge_invariant("stock/buffer", "ttft_p50_ms", [300.0, 310.0, 305.0], [305.0, 300.0, 309.0], 0.9,
-                          paired=False)
+    assert "3 + 3 instances" in v.message
+    lat = judge_invariant("stock/buffer", "ttft_p50_ms", [300.0, 310.0, 305.0, 302.0], [305.0, 300.0, 309.0, 303.0],
+                          0.9, paired=False, reference_instances=["a", "b", "a", "b"],
+                          current_instances=["c", "d", "c", "d"])
     assert lat.status == "pass"  # lower is better: the same latency is 1.0x >= 0.9x
+
+
+def test_a_metric_only_a_one_run_pool_has_is_gone_without_an_error() -> None:
+    """Issue 19 item 6: the committed quota=4 pools are one run with cpu_share_of_quota.{other,total,...}, which
+    the window no longer emits; the run is no-baseline, not a MeasurementError."""
+    pool = Pool({"requests_per_s": RPS[:1], "cpu_share_of_quota.total": [(0.9, 0.91)]})
+    rows = judge_result({"requests_per_s": (20.0, 20.1)}, pool, scenario="engine/transport=cpu/copy=buffer/c=16")
+    assert [(v.metric, v.status) for v in rows] == [("requests_per_s", "no-baseline")]
+
+
+def test_only_a_scenarios_gating_metrics_are_verdicts() -> None:
+    """Issue 19 item 7: req/s, TTFT/TPOT p50 and the CPU per request of the role the arm changes gate; output
+    tok/s (req/s again), the p99s and the zero-sum shares of the quota are report-only."""
+    names = ("requests_per_s", "output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms",
+             "cpu_s_per_request.http_server", "cpu_s_per_request.scheduler", "cpu_share_of_quota.scheduler")
+    pool = Pool({n: RPS for n in names})
+    rows = judge_result({n: (20.0, 20.1, 19.9) for n in names}, pool,
+                        scenario="engine/transport=cpu/copy=buffer/c=16")
+    gated = sorted(v.metric for v in rows if v.is_verdict)
+    assert gated == ["cpu_s_per_request.http_server", "requests_per_s", "tpot_p50_ms", "ttft_p50_ms"]
+    assert not judge_result({"ttft_p99_ms": (300.0, 310.0)}, Pool({}), scenario="engine/copy=buffer")[0].gating
+    share = next(v for v in rows if v.metric == "cpu_share_of_quota.scheduler")
+    assert share.status == "report-only"
+    assert "zero-sum: a starved role reads as an improvement" in share.message
+    assert "not a gate of this scenario" in next(v for v in rows if v.metric == "ttft_p99_ms").message
+    ipc = judge_result({n: (20.0, 20.1, 19.9) for n in names}, pool, scenario="engine/transport=cuda_ipc/ipc_cache=on")
+    assert "cpu_s_per_request.scheduler" in [v.metric for v in ipc if v.is_verdict]
+
+
+def test_perf_floor_is_a_percent_of_log_metrics_only() -> None:
+    """Issue 19 item 8: --perf-floor 5 % became a floor of 0.05 on a share of the quota (2.5x its declared 0.02)."""
+    shares = [(0.30, 0.31, 0.30), (0.31, 0.30, 0.31), (0.30, 0.30, 0.31), (0.31, 0.31, 0.30)]
+    v = judge_metric("cpu_share_of_quota.scheduler", shares, [0.34, 0.34, 0.35], floor=0.05)
+    assert v.status == "regression"  # +0.04 of the quota: beyond the declared 0.02 floor
+    assert metric("cpu_share_of_quota.scheduler").floor_size(0.05) == 0.02
+    assert metric("requests_per_s").floor_size(0.05) == pytest.approx(math.log1p(0.05))
+
+
+def test_gpu_util_that_vanished_is_said_and_errors_where_it_gates() -> None:
+    idle = Pool({"requests_per_s": RPS, "gpu_util_mean": [(5.0, 6.0, 5.5)] * 4})
+    rows = judge_result({"requests_per_s": (20.0, 20.1, 19.9)}, idle, scenario="s")
+    (gpu,) = [v for v in rows if v.metric == "gpu_util_mean"]
+    assert gpu.status == "report-only"
+    assert "not measured this run (NVML unavailable?)" in gpu.message
+    assert "TPOT p50" in gpu.message
+    busy = Pool({"requests_per_s": RPS, "gpu_util_mean": [(82.0, 83.0, 81.5)] * 4})
+    with pytest.raises(MeasurementError, match="NVML"):
+        judge_result({"requests_per_s": (20.0, 20.1, 19.9)}, busy, scenario="s")
 
 
 def test_ab_verdict_reports_a_paired_interval() -> None:
@@ -103,3 +160,49 @@ def test_ab_verdict_reports_a_paired_interval() -> None:
     assert v.kind == "paired"
     assert "95% CI" in v.message
     assert v.delta == pytest.approx(0.2, rel=0.01)
+    assert v.worse_lo is not None
+    assert v.worse_lo < v.worse < v.worse_hi
+
+
+def test_ab_pass_promises_the_declared_size_and_prints_the_interval_otherwise() -> None:
+    ref = [3.3] * 6
+    noisy = [math.log(1.25) + d for d in (0.3, -0.3, 0.15, -0.15, 0.24, -0.24)]
+    v = judge_ab("tpot_p50_ms", ref, [4.1] * 6, noisy, budget=6, alpha=0.0025)
+    assert v.status == "inconclusive"
+    assert "95% CI" in v.message
+    assert "A/B promise: 10.0% (not excluded)" in v.message
+    quiet = [0.001 * d for d in (1, -1, 2, -2, 1, -1)]
+    ok = judge_ab("tpot_p50_ms", ref, ref, quiet, budget=6)
+    assert ok.status == "pass"
+    assert ok.detectable == pytest.approx(0.10)
+    assert "A/B promise: 10.0% (excluded)" in ok.message
+    assert judge_ab("tpot_p50_ms", ref, ref, quiet, budget=6, detect=0.05).detectable == pytest.approx(0.05)
+    share = judge_ab("output_tokens_per_s", ref, ref, quiet, budget=6)
+    assert share.status == "report-only"  # output tok/s repeats req/s: not a gate
+
+
+def test_the_recorder_reads_each_windows_engine_instance_from_the_result() -> None:
+    """The contract with the runner: ``metadata["window_instance"]`` names the instance of each window; old
+    results without it are one instance."""
+    from engine_fixtures.report.recorder import _instances
+    from engine_fixtures.store.results import RunResult
+
+    new = RunResult("engine/x", {"c": "1"}, {"requests_per_s": (1.0, 1.1, 1.2, 1.3)},
+                    metadata={"window_instance": ["e0", "e0", "e1", "e1"]})
+    old = RunResult("engine/x", {"c": "1"}, {"requests_per_s": (1.0, 1.1)})
+    assert _instances(new, new.samples["requests_per_s"]) == ["e0", "e0", "e1", "e1"]
+    assert _instances(old, old.samples["requests_per_s"]) is None
+
+
+def test_the_gating_family_counts_what_really_gates_here() -> None:
+    """gpu_util_mean counts only on a GPU-bound pool; where rel.<m> is measured (CPU tier) it gates, not <m>."""
+    from engine_fixtures.judge.gating import gating
+
+    arm = {"copy": "buffer"}
+    idle = Pool({"gpu_util_mean": [(5.0, 6.0)] * 3}).runs_for
+    busy = Pool({"gpu_util_mean": [(85.0, 86.0)] * 3}).runs_for
+    names = ["requests_per_s", "gpu_util_mean", "tpot_p50_ms"]
+    assert gating(names, arm, idle) == ("requests_per_s", "tpot_p50_ms")
+    assert gating(names, arm, busy) == ("gpu_util_mean", "requests_per_s", "tpot_p50_ms")
+    cpu = ["requests_per_s", "rel.requests_per_s", "latency_p50_ms", "rel.latency_p50_ms", "copy_per_s"]
+    assert gating(cpu, arm) == ("copy_per_s", "rel.latency_p50_ms", "rel.requests_per_s")

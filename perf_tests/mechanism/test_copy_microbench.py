@@ -1,11 +1,11 @@
-"""pytest-benchmark microbenchmarks of the two SHM copy arms (``ShmTensor.create``: fresh segment, fallocate,
-copy; then unlink), by size and intra-op thread count.
+"""Microbenchmarks of the two SHM copy arms (``ShmTensor.create``: fresh segment, fallocate, copy; then unlink),
+by size and intra-op thread count.
 
-In-process cases are timed by pytest-benchmark (``benchmark.pedantic``, fixed rounds): its table shows real
-per-copy times. The under-quota cases run the copy loop in a child started inside a real ``CpuQuota`` (the
-quota must not hold pytest itself) with the arms alternated per round; pytest-benchmark could only time the
-whole child there, so they are judged instead: the buffer copy must beat torch's by >= 1.05x in copies/s,
-paired by round (``perf_invariant``). Every case checks the copy bytewise.
+The under-quota cases run the copy loop in a child started inside a real ``CpuQuota`` (the quota must not hold
+pytest itself) with the arms alternated per round, and are judged: the buffer copy must beat torch's by >= 1.05x
+in copies/s, paired by round (``perf_invariant``). The in-process cases only check each arm's copy bytewise and
+that it leaves no segment: without a quota no relation between the arms holds (torch fans out over the CPUs),
+and a time that no verdict reads is not a test (they were timed by pytest-benchmark and never judged).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ SIZES = [pytest.param(1.0, id="1MB"), pytest.param(10.8, id="10.8MB"),
 # measured): the invariant is claimed for the per-image sizes SGLang copies (1 MB to 25.8 MB).
 QUOTA_SIZES = [pytest.param(1.0, id="1MB"), pytest.param(10.8, id="10.8MB")]
 THREADS = [pytest.param(1, id="threads=1"), pytest.param(CPUS, id="threads=cpus")]
-ROUNDS = 15
 
 
 @pytest.fixture
@@ -45,12 +44,11 @@ def intra_op_threads(request: pytest.FixtureRequest) -> Iterator[int]:
 @pytest.mark.parametrize("intra_op_threads", THREADS, indirect=True)
 @pytest.mark.parametrize("mb", SIZES)
 @pytest.mark.parametrize("arm", COPY_ARMS)
-def test_copy_in_process(benchmark, arm: str, mb: float, intra_op_threads: int) -> None:
+def test_copy_in_process_is_bytewise_and_leaves_no_segment(arm: str, mb: float, intra_op_threads: int) -> None:
     src = torch.randint(0, 256, (int(mb * MB),), dtype=torch.uint8)
     before = list_segments(PREFIX)
-    benchmark.extra_info.update(arm=arm, mb=mb, threads=intra_op_threads)
-    benchmark.pedantic(lambda: ShmTensor.create(src, copy=arm, prefix=PREFIX).discard(), rounds=ROUNDS,
-                       iterations=1, warmup_rounds=1)
+    assert torch.get_num_threads() == intra_op_threads
+    ShmTensor.create(src, copy=arm, prefix=PREFIX).discard()
     assert torch.equal(ShmTensor.create(src, copy=arm, prefix=PREFIX).materialize(), src)
     assert {n for n in list_segments(PREFIX) - before if not foreign_suite_segment(n)} == set()
 

@@ -48,7 +48,9 @@ CASES = (
 def test_each_case_ends_as_declared_and_a_fixed_release_is_told_what_to_change(pytester: pytest.Pytester) -> None:
     cases = "".join(CASE.format(name=n, regression=r, version=v, kind=k) for n, r, v, k, _ in CASES)
     pytester.makepyfile(test_regressions=HEADER + cases)
-    result = pytester.runpytest_subprocess("-rA")
+    # -vv: pytest prints the short summary's failure message whole only on CI or at verbosity >= 2 and trims it
+    # to the terminal width otherwise, so without it this matched under CI=true and failed on a desk
+    result = pytester.runpytest_subprocess("-rA", "-vv")
     for name, *_, expected in CASES:
         result.stdout.fnmatch_lines([f"{expected} test_regressions.py::test_{name}*"])
     result.stdout.fnmatch_lines([
