@@ -193,6 +193,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("lock_timeout", "Seconds a run that measures waits for the machine lock held by another measuring run "
            "(two perf runs on one machine corrupt each other's numbers) before it fails.", parse_positive_float,
            1800.0, "S"),
+    Option("profile", "Differential CPU profiles of the engine's roles (the CPU tier: its producer) with py-spy, taken "
+           "in dedicated windows after the verdicts are decided: 'on-regression' when a verdict fails the test, "
+           "'always', or 'off'. Default: on-regression in strict mode, off otherwise. Without ptrace permission or "
+           "py-spy a line says so and the run carries on.", parse_choice("on-regression", "always", "off"), None,
+           "on-regression|always|off"),
+    Option("profile_rate", "py-spy's sampling rate for --perf-profile (samples per second per process); the "
+           "overhead at the default was measured (docs/results/profile-overhead.md).", parse_positive_float, 100.0,
+           "HZ"),
 )
 OPTIONS_BY_NAME: Mapping[str, Option] = {o.name: o for o in OPTIONS}
 
@@ -296,6 +304,8 @@ class Settings:
     cgroup_parent: Path | None = None
     state_dir: Path | None = None
     lock_timeout: float = 1800.0
+    profile: str | None = None
+    profile_rate: float = 100.0
     sources: Mapping[str, str] = field(default_factory=dict)
 
 
