@@ -140,7 +140,7 @@ def _start(binary: str | None, role: str, pid: int, rate_hz: float, max_s: float
     if binary is None:
         return _Spy(role, pid, None, raw, log, note=(
             f"py-spy not found ({BINARY_ENV}={os.environ.get(BINARY_ENV, '')!r}, none next to {sys.executable} or "
-            f"on PATH): {role} pid {pid} not profiled; install it (`pip install 'py-spy>=0.4,<0.5'`, a dependency "
+            "on PATH): no profile taken; install it (`pip install 'py-spy>=0.4,<0.5'`, a dependency "
             f"of this suite) or point {BINARY_ENV} at it"))
     argv = [binary, "record", "--pid", str(pid), "--rate", f"{rate_hz:g}", "--duration", str(int(max_s) + 1),
             "--format", "raw", "--full-filenames", "--nonblocking", "--output", str(raw)]
