@@ -1,17 +1,20 @@
 """Profiles as data: collapsed stacks of one role over one window, and CPU-seconds per request by function.
 
-A ``Profile`` holds py-spy's collapsed stacks (root first, one count per stack) of every process of one role,
-the sampling rate and the requests completed in the window. py-spy samples the stacks of the role's Python
-threads ``rate`` times a second; without ``--idle`` (the default, which this suite keeps) samples of idle threads
-(blocked in a system call, waiting on a lock or a socket) are dropped, so every kept sample is ~1/rate seconds of
-a thread running (or runnable). ``samples / rate / requests`` is therefore the role's Python CPU-seconds per
-request. Native threads without a Python frame (e.g. PyTorch's OpenMP workers) are not sampled: their cost shows
-as the Python frame that waits on them (``copy_`` in the calling function), not as their own spinning.
+A ``Profile`` holds py-spy's collapsed stacks (root first, one count per stack) of every process of one role, the
+sampling rate and the requests completed in the window. py-spy samples the stacks of the role's Python threads
+``rate`` times a second; without ``--idle`` (the default, which this suite keeps) samples of idle threads (blocked
+in a system call, waiting on a lock or a socket) are dropped, so every kept sample is ~1/rate seconds of a thread
+running (or runnable). ``samples / rate / requests`` is therefore the role's Python CPU-seconds per request. Native
+threads without a Python frame (e.g. PyTorch's OpenMP workers) are not sampled: their cost shows as the Python
+frame that waits on them (``copy_`` in the calling function), not as their own spinning. Under a binding CPU quota
+a thread that is runnable but throttled still reads as running, so there the numbers are time spent in a function
+per request while the role wanted the CPU (an injected 6 ms spin read as ~8.5 ms/request at quota 0.5), not pure
+CPU time.
 
-Frames carry the line a sample was on (py-spy without ``--function``). Per function (``(function, file)``):
-*self* counts the samples whose leaf is the function, *total* the samples whose stack contains it (once per
-stack, so a recursive function is not counted twice); its hottest line is kept, so a report names the line of
-the call where the time went (e.g. the ``copy_`` inside ``ShmPointerMMData.__init__``).
+Frames carry the line a sample was on (py-spy without ``--function``). Per function (``(function, file)``): *self*
+counts the samples whose leaf is the function, *total* the samples whose stack contains it (once per stack, so a
+recursive function is not counted twice); its hottest line is kept, so a report names the line of the call where
+the time went (e.g. the ``copy_`` inside ``ShmPointerMMData.__init__``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
 """Differential profiles as text: the top 3 for a failure message, the top 10 per role for summary.md.
 
 Each line names a function with its file and hottest line, its self CPU per request on both sides, the change
-and its share of the role's change, and the caller it was reached from, e.g.::
+and its share of the role's growth, and the caller it was reached from, e.g.::
 
-    producer: +41.2 ms/request CPU (candidate 212.0 vs reference 170.8 ms, Python threads, py-spy 100 Hz)
-      1. _copy_torch (engine_fixtures/transport/shm.py:68)  +38.5 ms/req  94 % of the change  <- ShmTensor.create
+    producer: +56.22 ms/request of Python CPU (candidate 113.00 over 80 requests vs reference 56.78 over 152; ...)
+      1. _copy_torch (engine_fixtures/transport/shm.py:65)  +38.25 ms/req (0.00 -> 38.25), 68% of the growth
+         <- ShmTensor.create (engine_fixtures/transport/shm.py:138)
+
+``share``: of the role's gross growth (``diff``).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ def function_line(i: int, f: FunctionDiff) -> str:
     caller = f"  <- {f.caller.function} ({f.caller.where})" if f.caller is not None else ""
     noise = "" if f.significant else "  (within sampling noise)"
     return (f"  {i}. {f.frame}  {f.change_s * 1000:+.2f} ms/req ({_ms(f.reference_s)} -> {_ms(f.candidate_s)}), "
-            f"{f.share:.0%} of the change{caller}{noise}")
+            f"{f.share:.0%} of the growth{caller}{noise}")
 
 
 def top_text(diffs: Sequence[RoleDiff], n: int = 3, title: str = "") -> str:
@@ -58,7 +61,7 @@ def markdown(diffs: Sequence[RoleDiff], title: str, n: int = 10) -> list[str]:
         lines.append(f"- {_md(role_line(d))}")
         if d.empty:
             continue
-        lines += ["", "| # | function | file:line | reference ms/req | candidate ms/req | change | share "
+        lines += ["", "| # | function | file:line | reference ms/req | candidate ms/req | change | share of growth "
                   "| called from |", "|---|---|---|---|---|---|---|---|"]
         for i, f in enumerate(d.growers(n), 1):
             caller = f"`{_md(f.caller.function)}` ({_md(f.caller.where)})" if f.caller else ""
