@@ -1,14 +1,16 @@
 """The differential icicle: one panel per role, callers above callees, colour = change of CPU per request.
 
-Each box is a function on a call path (root at the top). Its width is the larger of its candidate and reference
-CPU-s per request (so a function that vanished still shows), its colour the change of its total time: red grew,
-blue shrank, grey about equal, saturated at the role's largest change. Frames every sample shares (the
-interpreter's ``<module>``, ``main``, the event loop) are folded into the panel's title, so the rows start where
-the paths differ. Matplotlib ``Figure`` with the Agg canvas only (no pyplot state).
+Each box is a function on a call path (root at the top). Its width is the mean of its candidate and reference
+CPU-s per request (so a function that vanished still shows at half its old width, and children never overflow
+their parent), its colour the change of its total time: red grew, blue shrank, grey within 2 % of the role,
+saturated at the role's largest change; a box wide enough is labelled with the function and its change in ms.
+Frames (almost) every sample shares (the interpreter's ``<module>``, ``main``, the event loop) are folded into the
+panel's title, so the rows start where the paths differ. Matplotlib ``Figure`` with the Agg canvas only.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -19,7 +21,8 @@ from matplotlib.figure import Figure
 from engine_fixtures.profile.diff import RoleDiff
 from engine_fixtures.profile.model import FuncKey, Profile
 
-MAX_DEPTH = 14
+MAX_DEPTH = 9
+FOLD = 0.85  # descend past a frame whose one child holds this much of it
 
 
 @dataclass
@@ -48,33 +51,39 @@ def tree(d: RoleDiff) -> tuple[_Node, list[str]]:
     folded: list[str] = []
     while len(root.kids) >= 1:
         big = max(root.kids.values(), key=lambda k: k.c + k.r)
-        if big.c + big.r < 0.98 * (root.c + root.r) or not big.kids:
+        if big.c + big.r < FOLD * (root.c + root.r) or not big.kids:
             break
         folded.append(big.key[0] if big.key else "?")
         root = big
     return root, folded
 
 
-def _draw(ax, root: _Node, scale: float, norm: TwoSlopeNorm) -> None:  # type: ignore[no-untyped-def]
+def _draw(ax, root: _Node, scale: float, norm: TwoSlopeNorm) -> int:  # type: ignore[no-untyped-def]
+    """Draw the boxes below ``root``; the number of rows drawn."""
     cmap = colormaps["coolwarm"]
     todo = [(root, 0.0, 0)]
+    rows = 0
     while todo:
         node, x0, depth = todo.pop()
         x = x0
-        for kid in sorted(node.kids.values(), key=lambda k: -max(k.c, k.r)):
-            w = max(kid.c, kid.r)
+        for kid in sorted(node.kids.values(), key=lambda k: -(k.c + k.r)):
+            w = (kid.c + kid.r) / 2
             if w <= 0:
                 continue
-            colour = cmap(norm(kid.c - kid.r)) if abs(kid.c - kid.r) > 0.02 * scale else (0.8, 0.8, 0.8, 1.0)
-            ax.barh(-depth, w, left=x, height=0.92, color=colour, edgecolor="white", linewidth=0.4)
-            if w > 0.07 * scale:
+            change = kid.c - kid.r
+            colour = cmap(norm(change)) if abs(change) > 0.02 * scale else (0.82, 0.82, 0.82, 1.0)
+            ax.barh(-depth, w, left=x, height=0.92, color=colour, edgecolor="white", linewidth=0.5)
+            rows = max(rows, depth + 1)
+            room = int(w / scale * 150)  # characters that fit at fontsize 6 across an 11-inch panel
+            if room >= 6:
                 name = kid.key[0] if kid.key else "?"
-                room = int(w / scale * 95)
-                label = name if len(name) <= room else name[: max(room - 1, 1)] + "…"
+                label = f"{name} {change * 1000:+.1f}" if abs(change) > 0.02 * scale else name
+                label = label if len(label) <= room else label[: room - 1] + "…"
                 ax.text(x + w / 2, -depth, label, ha="center", va="center", fontsize=6, clip_on=True)
             if depth + 1 < MAX_DEPTH:
                 todo.append((kid, x, depth + 1))
             x += w
+    return rows
 
 
 def figure(diffs: Sequence[RoleDiff], title: str) -> Figure | None:
@@ -82,23 +91,26 @@ def figure(diffs: Sequence[RoleDiff], title: str) -> Figure | None:
     have = [d for d in diffs if not d.empty]
     if not have:
         return None
-    fig = Figure(figsize=(11, 3.6 * len(have) + 0.4))
+    fig = Figure(figsize=(11, 2.6 * len(have) + 0.6))
+    fig.suptitle(textwrap.fill(title, 150), fontsize=8)
     axes = fig.subplots(len(have), 1, squeeze=False)[:, 0]
     for ax, d in zip(axes, have, strict=True):
         root, folded = tree(d)
-        scale = max(root.c, root.r) or 1.0
+        scale = (root.c + root.r) / 2 or 1.0
         biggest = max((abs(f.candidate_total_s - f.reference_total_s) for f in d.functions), default=0.0) or 1.0
         norm = TwoSlopeNorm(0.0, -biggest, biggest)
-        _draw(ax, root, scale, norm)
+        rows = _draw(ax, root, scale, norm)
         ax.set_xlim(0, scale)
-        ax.set_ylim(-MAX_DEPTH + 0.5, 0.6)
+        ax.set_ylim(-max(rows, 3) + 0.5, 0.6)
         ax.set_yticks([])
-        ax.set_xlabel("Python CPU ms per request (width: the larger side; red grew, blue shrank)", fontsize=7)
+        ax.set_xlabel("Python CPU ms per request (width: mean of candidate and reference; red grew, blue shrank; "
+                      "labels: change in ms)", fontsize=7)
         ax.xaxis.set_major_formatter(lambda v, _pos: f"{v * 1000:.0f}")
         top = d.growers(1)
-        lead = f"; top grower {top[0].frame.function} ({top[0].frame.where}) {top[0].share:.0%}" if top else ""
-        via = f"; below {' > '.join(folded[-3:])}" if folded else ""
-        ax.set_title(f"{title}: {d.role} {d.change_s * 1000:+.2f} ms/req "
-                     f"({d.reference_s * 1000:.1f} -> {d.candidate_s * 1000:.1f}){lead}{via}", fontsize=8)
+        lead = (f"; top grower {top[0].frame.function} ({top[0].frame.where}) {top[0].change_s * 1000:+.1f} ms, "
+                f"{top[0].share:.0%} of the growth") if top else ""
+        via = f"; below {' > '.join(folded[-2:])}" if folded else ""
+        ax.set_title(f"{d.role}: net {d.change_s * 1000:+.1f} ms/req ({d.reference_s * 1000:.1f} -> "
+                     f"{d.candidate_s * 1000:.1f}){lead}{via}", fontsize=7, loc="left")
     fig.tight_layout()
     return fig
