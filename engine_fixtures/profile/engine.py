@@ -1,15 +1,22 @@
 """Entry points for the runners: when to profile, profile one build's roles, and its differentials.
 
-For the GPU tier's engine runner (call *after* the verdicts are decided, in a window of its own, so measured
-windows stay clean)::
+For the GPU tier's engine runner, *after* the verdicts are decided and before ``recorder.conclude`` ends the test
+(dedicated windows, so measured windows stay clean); ``explain_ab`` / ``explain_history`` do all of it::
 
     ps = ProfileSettings.from_settings(settings, workdir)
+    where = explain_ab(session.profiles, [scenario_id], statuses, ps,
+                       candidate=(cand_handle.pids(), drive_cand), reference=(ref_handle.pids(), drive_ref))
+    # history mode: explain_history(session.profiles, [scenario_id], statuses, ps, (handle.pids(), drive),
+    #                               session.store.path_for(scenario_id))
+    conclude(scenario_id, verdicts, settings.strict, profile=where)
+
+which, spelled out, is::
+
     if ps.wanted(statuses):                                   # the verdict statuses of this scenario
         cand = profile_engine(engine_roles(cand_root_pid), drive_load_cand, ps, label="candidate")
-        ref = profile_engine(engine_roles(ref_root_pid), drive_load_ref, ps, label="reference")      # A/B
-        diffs = ab_differential(cand, ref)
-        # history mode instead: diffs, note = history_differential(cand, store.path_for(scenario))
-        report.add(config, scenario_id, "candidate vs reference", diffs, cand.notes + ref.notes)
+        ref = profile_engine(engine_roles(ref_root_pid), drive_load_ref, ps, label="reference")
+        session.profiles.add([scenario_id], "candidate minus reference", ab_differential(cand, ref),
+                             cand.notes + ref.notes)
 
 ``drive_load(seconds) -> int`` runs the scenario's load for about ``seconds`` and returns the requests completed
 in that time. Nothing here raises for a missing py-spy or a refused attach: the profiles come back empty with a
@@ -28,6 +35,7 @@ from engine_fixtures.options import Settings
 from engine_fixtures.profile import record, store
 from engine_fixtures.profile.diff import RoleDiff, differential
 from engine_fixtures.profile.model import RoleProfiles
+from engine_fixtures.profile.report import ProfileBook
 
 MODES = ("on-regression", "always", "off")
 NOT_PROFILED = ("resource_tracker", OTHER)  # helpers, not engine roles
@@ -89,3 +97,31 @@ def history_differential(candidate: RoleProfiles, pool_path: Path) -> tuple[list
         return [], (f"no profile is stored beside {pool_path} yet: a profiled clean run added to the pool "
                     "(`--perf-update-baselines --perf-profile always`) keeps one")
     return differential(candidate, stored), ""
+
+
+Build = tuple[Mapping[str, Sequence[int]], Callable[[float], int]]  # (pids by role, drive_load)
+
+
+def explain_ab(book: ProfileBook, keys: Sequence[str], statuses: Iterable[str], settings: ProfileSettings, *,
+               candidate: Build, reference: Build) -> str:
+    """If ``settings.wanted(statuses)``: profile both builds (candidate first, one window each), add the A/B
+    differential to ``book`` under ``keys`` and return its failure text (top 3 per role); else ''."""
+    if not settings.wanted(statuses):
+        return ""
+    cand = profile_engine(*candidate, settings, label="candidate")
+    ref = profile_engine(*reference, settings, label="reference")
+    book.add(keys, "candidate minus reference", ab_differential(cand, ref), (*cand.notes, *ref.notes))
+    return book.failure_text(keys)
+
+
+def explain_history(book: ProfileBook, keys: Sequence[str], statuses: Iterable[str], settings: ProfileSettings,
+                    build: Build, pool_path: Path) -> str:
+    """If wanted: profile the build, add its differential against the profile stored beside the pool (or the line
+    saying none is stored) to ``book``; its failure text, else ''."""
+    if not settings.wanted(statuses):
+        return ""
+    cand = profile_engine(*build, settings, label="candidate")
+    diffs, note = history_differential(cand, pool_path)
+    book.add(keys, f"this run minus the profile stored beside {pool_path.name}", diffs,
+             (*cand.notes, *((note,) if note else ())))
+    return book.failure_text(keys)

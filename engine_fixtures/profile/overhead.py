@@ -7,7 +7,8 @@ requests; the windows alternate A B B A (A: no profiler, B: py-spy recording the
 ``--rate``, as ``--perf-profile`` does), after one unrecorded warmup window. Each round's ratio B/A of
 requests per second is the overhead's sample; it prints the per-round ratios, their median and a 95 % interval
 (t on the log ratios), and a Markdown line for docs/results/profile-overhead.md. A ratio, never an absolute
-speed, and both sides in the same run, so the machine's speed today cancels.
+speed, and both sides in the same run, so the machine's speed today cancels. It holds the machine lock (like every
+measuring pytest run) while it measures.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from pathlib import Path
 
 from scipy import stats
 
+from engine_fixtures.isolation import run_registry
+from engine_fixtures.isolation.machine_lock import MachineLock
 from engine_fixtures.mechbench.arms import MechArm
 from engine_fixtures.mechbench.rig import Rig
 from engine_fixtures.profile import record
@@ -38,7 +41,10 @@ def main(argv: list[str] | None = None) -> dict:
     plain: list[float] = []
     spied: list[float] = []
     samples: list[int] = []
+    lock = MachineLock(run_registry.state_dir(run_registry.default_state_dir()) / "lock")
+    lock.acquire(1800.0, lambda holder: print(f"waiting for the machine lock held by {holder}", flush=True))
     with tempfile.TemporaryDirectory(prefix="perf-overhead-") as tmp, ExitStack() as stack:
+        stack.callback(lock.release)
         rig = Rig.start(arm, stack, tmp, 0, "overhead")
         rig.window(a.requests)  # warmup: a fresh rig's first window runs slow
 
