@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> dict:
     spied: list[float] = []
     samples: list[int] = []
     lock = MachineLock(run_registry.state_dir(run_registry.default_state_dir()) / "lock")
-    lock.acquire(1800.0, lambda holder: print(f"waiting for the machine lock held by {holder}", flush=True))
+    lock.acquire(1800.0, lambda holder, _timeout_s: print(f"waiting for the machine lock held by {holder}", flush=True))
     with tempfile.TemporaryDirectory(prefix="perf-overhead-") as tmp, ExitStack() as stack:
         stack.callback(lock.release)
         rig = Rig.start(arm, stack, tmp, 0, "overhead")
