@@ -54,9 +54,10 @@ def profile_rig(rig: Rig, ps: ProfileSettings, label: str, workdir: Path) -> Rol
 
 
 def after_verdicts(scenario, settings, judge, book: ProfileBook,  # type: ignore[no-untyped-def]
-                   pool_path: Callable[[str], Path], workdir: Path):
-    """The ``after`` hook (module docstring); ``judge(result, alpha)`` as in ``scenarios.mechanism``."""
-    ps = ProfileSettings.from_settings(settings, workdir, PROFILE_SECONDS)
+                   pool_path: Callable[[str], Path], workdir: Path, seconds: float = PROFILE_SECONDS):
+    """The ``after`` hook (module docstring); ``judge(result, alpha)`` as in ``scenarios.mechanism``; ``seconds``
+    of requests per profiled rig."""
+    ps = ProfileSettings.from_settings(settings, workdir, seconds)
 
     def after(results, rigs: dict[str, Rig], twin) -> None:  # type: ignore[no-untyped-def]
         if ps.mode == "off":
