@@ -157,11 +157,15 @@ def perf_mechanism(pytestconfig: pytest.Config, perf_results: ScenarioResults) -
     session = get_session(pytestconfig)
 
     def run(scenario: MechScenario) -> dict:
+        from engine_fixtures.profile.mech import after_verdicts  # matplotlib and the rigs: only when measuring
         from engine_fixtures.scenarios import mechanism  # torch: imported by the tests that measure, not by every run
 
         cached = perf_results.cached_set(scenario.name)
         if cached is None:
-            cached = mechanism.measure(scenario, session.settings, lambda r, a: session_verdicts(session, r, a))
+            judge = lambda r, a: session_verdicts(session, r, a)  # noqa: E731
+            after = after_verdicts(scenario, session.settings, judge, session.profiles, session.store.path_for,
+                                   Path(session.settings.results_dir) / "profiles")
+            cached = mechanism.measure(scenario, session.settings, judge, after)
             perf_results.put_set(scenario.name, cached)
             if scenario.control is not None:
                 session.record_diagnostic(cached[scenario.control.id], CONTROL_WHY)

@@ -227,6 +227,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("allow_missing_baselines", "GPU tier in strict mode: let a scenario without a pool (or with a pool still "
            "being built) skip instead of failing; without it a missing pool fails, since the machine key (CPU "
            "count, quota) or PERF_BASELINE_DIR silently changes which pool is read.", parse_bool, False, flag=True),
+    Option("profile", "Differential CPU profiles of the engine's roles (the CPU tier: its producer) with py-spy, taken "
+           "in dedicated windows after the verdicts are decided: 'on-regression' when a verdict fails the test, "
+           "'always', or 'off'. Default: on-regression in strict mode, off otherwise. Without ptrace permission or "
+           "py-spy a line says so and the run carries on.", parse_choice("on-regression", "always", "off"), None,
+           "on-regression|always|off"),
+    Option("profile_rate", "py-spy's sampling rate for --perf-profile (samples per second per process); the "
+           "overhead at the default was measured (docs/results/profile-overhead.md).", parse_positive_float, 100.0,
+           "HZ"),
 )
 OPTIONS_BY_NAME: Mapping[str, Option] = {o.name: o for o in OPTIONS}
 
@@ -336,6 +344,8 @@ class Settings:
     ab_detect: float | None = None
     require_gpu: int | None = None
     allow_missing_baselines: bool = False
+    profile: str | None = None
+    profile_rate: float = 100.0
     sources: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -9,7 +9,10 @@ measured until every verdict is decided or the budget is spent; one ``RunResult`
 - ``budget`` (``judge.sequential.Budget``): ``budget.initial`` rounds, then ``budget.step`` more at a time
   while ``undecided(results, alpha_per_look)`` names cells it cannot decide yet, up to ``budget.maximum``;
   each result's metadata says how many rounds and looks it took and the per-look alpha its verdicts use;
-- ``injection`` (``inject.Injection``): a spin or a forced copy per arm, recorded in the result's metadata.
+- ``injection`` (``inject.Injection``): a spin or a forced copy per arm, recorded in the result's metadata;
+- ``after(results, rigs, twin)``: called once the measured rounds are decided, with the final results and the
+  still-running rigs (``twin(arm)`` starts a clean rig of an arm, no injection): the profiler's dedicated rounds,
+  which never enter the results.
 Errors: ``MeasurementError`` (zero completed or failed requests), ``ProcessCrashed`` (with the log tails),
 ``LeakError`` after teardown if a descendant process, a ``perf-mech-<pid>-*`` cgroup, a ``perf_mech_`` (or
 SGLang's ``sgl_shm_mm_``) segment or a POSIX semaphore that one of the rig's processes mapped outlived the run
@@ -39,6 +42,8 @@ from engine_fixtures.store.results import RunResult
 CGROUP_NAME = f"mech-{os.getpid()}"  # cgroups perf-mech-<pid>-<uuid>: this process's own
 REL_METRICS = ("requests_per_s", "latency_p50_ms")
 Undecided = Callable[[list[RunResult], float], Sequence[str]]
+# after(results, rigs by arm id, twin): called once the rounds are decided, rigs still running (profiling)
+After = Callable[[list[RunResult], dict[str, Rig], Callable[[MechArm], Rig]], None]
 
 
 def _own_leaks(before: LeakSnapshot, rigs: list[Rig]) -> Leaks:
@@ -63,14 +68,13 @@ def _check(arms: Sequence[MechArm], warmup: int, requests: int, control: MechArm
 
 def run_arms(arms: Sequence[MechArm], budget: Budget, warmup: int = 1, requests: int = 12, *,
              control: MechArm | None = None, injection: Injection | None = None,
-             undecided: Undecided | None = None) -> list[RunResult]:
+             undecided: Undecided | None = None, after: After | None = None) -> list[RunResult]:
     """Measure ``arms`` interleaved until decided (see the module docstring)."""
     _check(arms, warmup, requests, control)
     injection = injection or Injection()
     before = LeakSnapshot.take(cgroup_prefix=f"{PREFIX}{CGROUP_NAME}-")
     windows: list[list[dict[str, float]]] = [[] for _ in arms]
     rigs: list[Rig] = []
-    progress = None
     try:
         with tempfile.TemporaryDirectory(prefix="perf-mech-") as tmp, ExitStack() as stack:
             for i, arm in enumerate(arms):
@@ -91,15 +95,23 @@ def run_arms(arms: Sequence[MechArm], budget: Budget, warmup: int = 1, requests:
                 return undecided(_results(arms, rigs, windows, warmup, requests, control, injection, {}), alpha)
 
             progress = measure_until_decided(budget, measure, judge)
+            seq = {"rounds": progress.measured, "looks": progress.looks, "alpha_per_look": budget.alpha_per_look(),
+                   "budget_rounds": budget.maximum, "undecided_at_budget": list(progress.undecided)}
+            results = _results(arms, rigs, windows, warmup, requests, control, injection, seq)
+            if after is not None:  # after the verdicts are decided, on the same rigs: measured rounds stay clean
+
+                def twin(arm: MechArm) -> Rig:  # the arm as declared (no injection), torn down with the others
+                    rigs.append(Rig.start(arm, stack, tmp, len(rigs), CGROUP_NAME))
+                    return rigs[-1]
+
+                after(results, dict(zip([a.id for a in arms], rigs, strict=False)), twin)
     finally:
         leaks = _own_leaks(before, rigs)
         leaks.reap()
     if leaks:
         raise LeakError(f"mechbench left these behind (now removed):\n{leaks.describe()}\na rig process was "
                         "not stopped, a segment not unlinked or a multiprocessing primitive not released")
-    seq = {"rounds": progress.measured, "looks": progress.looks, "alpha_per_look": budget.alpha_per_look(),
-           "budget_rounds": budget.maximum, "undecided_at_budget": list(progress.undecided)}
-    return _results(arms, rigs, windows, warmup, requests, control, injection, seq)
+    return results
 
 
 def _results(arms: Sequence[MechArm], rigs: list[Rig], windows: list[list[dict[str, float]]], warmup: int,

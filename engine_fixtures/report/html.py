@@ -142,8 +142,9 @@ def render_html(results: ResultsFile, rows: Sequence[Row], trends: Sequence[tupl
     for title, img in plots:
         if img is not None:
             parts.append(f"<h2>{html.escape(title)}</h2>{img}")
-    for scenario, fig in trends:
-        parts.append(f"<h2>trend of {html.escape(scenario)} over the run history</h2>{_png(fig)}")
+    for title, fig in trends:  # differential profiles ("differential profile: ...") and run-history trends
+        heading = title if title.startswith("differential profile") else f"trend of {title} over the run history"
+        parts.append(f"<h2>{html.escape(heading)}</h2>{_png(fig)}")
     return "<!doctype html><html><head><meta charset='utf-8'><title>perf report</title></head><body>" + \
         "\n".join(parts) + "</body></html>\n"
 

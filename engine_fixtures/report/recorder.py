@@ -97,7 +97,8 @@ class PerfRecorder:
         self.sections_for(result.scenario, result.arm, verdicts, f"baseline {path}")
         missing = base.reason if isinstance(base, MissingBaseline) else None
         self.require_pool(result.scenario, verdicts, missing)
-        conclude(result.scenario, verdicts, self.session.settings.strict, missing)
+        conclude(result.scenario, verdicts, self.session.settings.strict, missing,
+                 profile=self.session.profiles.failure_text([result.scenario]))
         return verdicts
 
     def require_pool(self, scenario: str, verdicts: Sequence[Verdict], missing: str | None) -> None:
@@ -144,10 +145,12 @@ class PerfRecorder:
         scenario = current.scenario if isinstance(current, RunResult) else self.item.nodeid
         self.session.record_invariant(self.item.nodeid, scenario, verdict)
         self.sections_for(scenario, {}, [verdict], "same-run invariant")
+        keys = [label, *(x.scenario for x in (reference, current) if isinstance(x, RunResult))]
+        where = _where(self.session.profiles.failure_text(keys))
         if verdict.status == "regression":
-            raise InvariantViolated(f"performance invariant violated: {verdict.message}")
+            raise InvariantViolated(f"performance invariant violated: {verdict.message}{where}")
         if verdict.status == "inconclusive":
-            _inconclusive(self.session.settings.strict, f"invariant {label}: {verdict.message}")
+            _inconclusive(self.session.settings.strict, f"invariant {label}: {verdict.message}{where}")
         return verdict
 
     def sections_for(self, scenario: str, arm: object, verdicts: Sequence[Verdict], where: str) -> None:
@@ -195,21 +198,27 @@ def _inconclusive(strict: bool, text: str) -> None:
     pytest.skip(f"inconclusive, not a pass: {text}")
 
 
+def _where(profile: str) -> str:
+    """The differential profile's top 3 as the tail of a failure message ('' without one)."""
+    return f"\n{profile}" if profile else ""
+
+
 def conclude(scenario: str, verdicts: Sequence[Verdict], strict: bool, missing: str | None = None,
-             where: str | Path = "") -> None:
-    """End a test by its verdicts (see the module docstring)."""
+             where: str | Path = "", profile: str = "") -> None:
+    """End a test by its verdicts (see the module docstring); ``profile``: the top 3 of its differential profile,
+    appended to a failure's message."""
     __tracebackhide__ = True
     regressions = [v for v in verdicts if v.status == "regression"]
     if regressions:
-        lines = "\n".join(f"  {v.message}" for v in regressions)
+        lines = "\n".join(f"  {v.message}" for v in regressions) + _where(profile)
         raise PerformanceRegression(f"performance regression in {scenario}:\n{lines}\nIf the change is intended, "
                                     "re-record the baseline: `perf-baseline update --from-runs 5 --accept REASON`")
     undecided = [v for v in verdicts if v.status == "inconclusive"]
     if undecided:
-        _inconclusive(strict, f"{scenario}:\n" + "\n".join(f"  {v.message}" for v in undecided))
+        _inconclusive(strict, f"{scenario}:\n" + "\n".join(f"  {v.message}" for v in undecided) + _where(profile))
     better = [v for v in verdicts if v.status == "improvement"]
     if better and strict:
-        lines = "\n".join(f"  {v.message}" for v in better)
+        lines = "\n".join(f"  {v.message}" for v in better) + _where(profile)
         raise StaleBaseline(f"improvement in {scenario}: the baseline no longer describes this build, so a later "
                             f"regression back to the old level would pass unseen:\n{lines}\nRecord it: "
                             "`perf-baseline update --from-runs 5` (after the change has landed)")

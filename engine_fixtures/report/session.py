@@ -30,6 +30,7 @@ import pytest
 from engine_fixtures.errors import ConfigError, PerfError
 from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.options import SETTINGS_KEY, Settings
+from engine_fixtures.profile.report import ProfileBook
 from engine_fixtures.report.table import Row, markdown, rows_for, terminal_table
 from engine_fixtures.store.baselines import UPDATE_HINT, BaselineStore
 from engine_fixtures.store.files import atomic_write_text
@@ -66,6 +67,7 @@ class PerfSession:
         self.reference = ""  # the build an A/B run compared against (set by the A/B runner)
         self.run_token = uuid.uuid4().hex[:8]  # two runs in one second are still two runs
         self.history_note = ""
+        self.profiles = ProfileBook()  # differential profiles (--perf-profile), taken after the verdicts
 
     def record(self, nodeid: str, result: RunResult, verdicts: Sequence[Verdict],
                baseline_path: Path | None) -> None:
@@ -134,10 +136,12 @@ class PerfSession:
         atomic_write_text(results_path, results.dumps())
         trends = self.write_history(results, results_path)  # after the JSON: a database failure never loses it
         md = markdown(self.rows(), self.notes())
+        md += "\n".join(["", *self.profiles.markdown()]).rstrip() + "\n" if self.profiles.markdown() else ""
         atomic_write_text(out / "summary.md", md)
         self.written = [results_path, out / "summary.md"]
         try:
-            self.written.append(write_html(out / "report.html", results, self.rows(), trends))
+            self.written.append(write_html(out / "report.html", results, self.rows(),
+                                           [*self.profiles.figures(), *trends]))
         except Exception as exc:  # a plot failure must not hide the verdicts
             self.errors.append(f"HTML report failed: {type(exc).__name__}: {exc}")
         step = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -208,6 +212,8 @@ class PerfSession:
             tr.write_line(f"perf: wrote {path}")
         for line in self.update_lines:
             tr.write_line(f"perf: baseline {line}")
+        for note in self.profiles.notes:
+            tr.write_line(f"perf profile: {note}", yellow=True)
         for err in self.errors:
             tr.write_line(f"perf: {err}", red=True)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.judge.verdicts import Verdict, judge_invariant
 from engine_fixtures.mechbench.arms import MechArm
-from engine_fixtures.mechbench.driver import run_arms
+from engine_fixtures.mechbench.driver import After, run_arms
 from engine_fixtures.options import Settings
 from engine_fixtures.scenarios.invariants import Invariant
 from engine_fixtures.store.results import RunResult
@@ -54,8 +54,10 @@ def open_cells(scenario: MechScenario, results: Sequence[RunResult], judge: Judg
     return cells
 
 
-def measure(scenario: MechScenario, settings: Settings, judge: Judge) -> dict[str, RunResult]:
+def measure(scenario: MechScenario, settings: Settings, judge: Judge,
+            after: After | None = None) -> dict[str, RunResult]:
+    """``after``: ``run_arms``' hook once the rounds are decided (the profiler's dedicated rounds)."""
     results = run_arms(scenario.arms, budget_of(settings), scenario.warmup, scenario.requests,
                        control=scenario.control, injection=settings.inject,
-                       undecided=lambda rs, alpha: open_cells(scenario, rs, judge, alpha))
+                       undecided=lambda rs, alpha: open_cells(scenario, rs, judge, alpha), after=after)
     return {a.id: r for a, r in zip(scenario.arms, results, strict=True)}
