@@ -19,10 +19,10 @@ import contextlib
 import errno
 import os
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -31,51 +31,20 @@ import psutil
 from engine_fixtures.errors import ConfigError, LeakError, MeasurementError, QuotaNotPermitted
 from engine_fixtures.isolation import cgroup_v2, owner
 from engine_fixtures.isolation.cgroup_mounts import CgroupMounts, cgroup_paths_of
+from engine_fixtures.isolation.cgroup_values import (
+    PERIOD_US,
+    CpuStat,
+    _quota_us,
+    _read_kv,
+    format_cpu_max,
+    parse_cpu_max,
+)
 from engine_fixtures.isolation.signals import sigkill_and_wait
 
-PERIOD_US = 100_000
 PREFIX = "perf-"
 _SANDBOX_RE = re.compile(rf"{PREFIX}(?:.+-)?(?P<token>\d+\.\d+)-[0-9a-f]{{6}}")
 NO_QUOTA_FIX = "or pass `--perf-cpu-quota none` to run without quotas (quota arms are then skipped)"
 CREATED_HERE: set[str] = set()  # names of the cgroups this process created, so leak checks blame only us
-
-
-@dataclass(frozen=True)
-class CpuStat:
-    """Cumulative CPU accounting of one cgroup; ``after - before`` gives the window's delta."""
-
-    usage_s: float
-    nr_periods: int
-    nr_throttled: int
-    throttled_s: float
-
-    def __sub__(self, other: CpuStat) -> CpuStat:
-        return CpuStat(self.usage_s - other.usage_s, self.nr_periods - other.nr_periods,
-                       self.nr_throttled - other.nr_throttled, self.throttled_s - other.throttled_s)
-
-
-def _read_kv(path: Path) -> dict[str, int]:
-    pairs = (line.split() for line in path.read_text().splitlines())
-    return {p[0]: int(p[1]) for p in pairs if len(p) == 2 and p[1].lstrip("-").isdigit()}
-
-
-def parse_cpu_max(text: str) -> float | None:
-    """``"max 100000"`` -> None, ``"50000 100000"`` -> 0.5 cores."""
-    quota, _, period = text.strip().partition(" ")
-    if quota == "max":
-        return None
-    return int(quota) / int(period or PERIOD_US)
-
-
-def format_cpu_max(cores: float | None, period_us: int = PERIOD_US) -> str:
-    """Inverse of ``parse_cpu_max``: None -> ``"max 100000"``, 0.5 -> ``"50000 100000"``."""
-    return f"max {period_us}" if cores is None else f"{_quota_us(cores, period_us)} {period_us}"
-
-
-def _quota_us(cores: float, period_us: int) -> int:
-    if not cores > 0:
-        raise ValueError(f"a CPU quota must be > 0 cores, got {cores!r}")
-    return max(1000, round(cores * period_us))  # the kernel's minimum quota is 1 ms
 
 
 def _limit_at(directory: Path, version: int) -> float | None:
@@ -111,6 +80,22 @@ def owner_of_sandbox(name: str) -> owner.RunOwner | None:
     return owner.RunOwner.parse(m["token"]) if m else None
 
 
+RMDIR_TIMEOUT_S = 15.0
+
+
+def _rmdir(path: Path, last_try: bool) -> bool:
+    """True when ``path`` is gone; False on EBUSY (unless ``last_try``: then the OSError)."""
+    try:
+        path.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno != errno.EBUSY or last_try:
+            raise
+        return False
+    return True
+
+
 class Backend:
     """One cgroup version: create/limit/add/list/stat/remove one child cgroup."""
 
@@ -133,10 +118,14 @@ class Backend:
     def pids(self) -> tuple[int, ...]:
         return tuple(sorted({int(x) for f in self.procs_files() if f.exists() for x in f.read_text().split()}))
 
-    def remove(self) -> None:
+    def remove(self, timeout_s: float = RMDIR_TIMEOUT_S) -> None:
+        """rmdir every directory, retried every 50 ms on EBUSY until ``timeout_s``: a killed process the kernel
+        still counts until its parent reaps it (on the H200 an A/B pair's engine children, re-parented to a PID 1
+        that reaps slowly, failed the rmdir)."""
+        deadline = time.monotonic() + timeout_s
         for p in reversed(self.paths):
-            with contextlib.suppress(FileNotFoundError):
-                p.rmdir()
+            while not _rmdir(p, time.monotonic() > deadline):
+                threading.Event().wait(0.05)
 
 
 class V2Backend(Backend):

@@ -66,6 +66,7 @@ class LoadStream:
     def __init__(self, cpus: Iterable[int] | None = None) -> None:
         self.cpus = check_cpus(cpus)
         self.segments = 0
+        self._pending = 0  # prepare() orders whose answer is not read yet
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._child: Supervised | None = None
 
@@ -110,6 +111,34 @@ class LoadStream:
         except OSError:
             return ""
 
+    def prepare(self, spec: WorkloadSpec) -> None:
+        """Have the client build ``spec``'s bodies now, without waiting (the answer is read by the next segment)."""
+        if self._child is None or self._child.proc.stdin is None:
+            raise ConfigError("LoadStream.prepare() outside its `with` block: enter the stream first")
+        self._child.proc.stdin.write(frame(b"B", pickle.dumps(spec)))
+        self._child.proc.stdin.flush()
+        self._pending += 1
+
+    def _answer(self, deadline_s: float, what: str) -> bytes:
+        assert self._child is not None
+        proc = self._child.proc
+        assert proc.stdout is not None
+
+        class _Count:
+            value = 0
+
+        kind, payload = _read_result(proc.stdout.fileno(), _Count(), time.monotonic() + deadline_s)
+        if kind is None:
+            self.close()
+            raise MeasurementError(f"the load stream's {what} did not finish within {deadline_s:.0f} s (requests "
+                                   "stuck in the engine?); the client was stopped")
+        if kind == b"":
+            raise ProcessCrashed(f"the load stream's client died with no result: {self._tail()}")
+        if kind == b"E":
+            message, trace = pickle.loads(payload)
+            raise ProcessCrashed(f"the load stream's client failed: {message}\n{trace}")
+        return payload
+
     def segment(self, url: str, spec: WorkloadSpec, warmup_s: float, measure_s: float) -> Segment:
         """Run ``warmup_s`` + ``measure_s`` of closed-loop load at ``spec.concurrency``, then drain. Raises
         ``LoadError`` when any request failed, ``MeasurementError`` when the segment outruns its deadline."""
@@ -126,21 +155,11 @@ class LoadStream:
         order = pickle.dumps(SegmentOrder(endpoint, spec, warmup_s + measure_s))
         proc.stdin.write(frame(b"S", order))
         proc.stdin.flush()
+        while self._pending:
+            self._answer(120.0, "body build")
+            self._pending -= 1
         deadline_s = 120.0 + warmup_s + measure_s + spec.request_timeout_s  # the first order also builds bodies
-
-        class _Count:
-            value = 0
-
-        kind, payload = _read_result(proc.stdout.fileno(), _Count(), time.monotonic() + deadline_s)
-        if kind is None:
-            self.close()
-            raise MeasurementError(f"load segment against {endpoint} did not finish within {deadline_s:.0f} s "
-                                   "(requests stuck in the engine?); the client was stopped")
-        if kind == b"":
-            raise ProcessCrashed(f"the load stream's client died with no result: {self._tail()}")
-        if kind == b"E":
-            message, trace = pickle.loads(payload)
-            raise ProcessCrashed(f"the load stream's client failed: {message}\n{trace}")
+        payload = self._answer(deadline_s, f"segment against {endpoint}")
         raw: RawRun = pickle.loads(payload)
         self.segments += 1
         return _segment(endpoint, spec, raw, warmup_s, measure_s)

@@ -6,6 +6,8 @@ kind byte and an 8-byte length):
 - ``S`` + pickled ``SegmentOrder``: run one closed-loop segment against ``order.url`` until ``order.stop_after_s``
   past its start, then drain; answer ``R`` + pickled ``RawRun`` (record times relative to ``RawRun.origin``, a
   ``perf_counter`` = CLOCK_MONOTONIC value) or ``E`` + pickled ``(message, traceback)``.
+- ``B`` + pickled ``WorkloadSpec``: build that workload's bodies now (sent while an engine starts, so the first
+  segment does not wait for the image encoding); answer ``R`` + pickled ``None``.
 - ``Q`` (or end of input): exit.
 
 Request bodies (the images encoded, the JSON serialised) are built once per distinct workload and kept for the
@@ -99,7 +101,11 @@ def main() -> None:
         payload = _read_exact(inp, int.from_bytes(head[1:], "little"))
         try:
             order = pickle.loads(payload)
-            raw = run_segment(order, cache)
+            if head[:1] == b"S":
+                raw = run_segment(order, cache)
+            else:  # "B": build the bodies only
+                cache.get(order)
+                raw = None
             _write(out, frame(b"R", pickle.dumps(raw, protocol=pickle.HIGHEST_PROTOCOL)))
         except BaseException as exc:
             _write(out, frame(b"E", pickle.dumps((f"{type(exc).__name__}: {exc}", traceback.format_exc()))))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from engine_fixtures.engine.params import apply_quota_setting
 from engine_fixtures.engine.proof import assert_arm
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.judge.verdicts import Verdict
+from engine_fixtures.profile.engine import ProfileSettings, explain_ab, explain_history
 from engine_fixtures.report import sections
 from engine_fixtures.report.recorder import PerfRecorder, conclude
 from engine_fixtures.scenarios.engine import EngineScenario
@@ -83,6 +85,7 @@ class EngineScenarioRunner:
         if self.settings.reference:
             return self.ab(scenario)
         timeline = Timeline()
+        self.load.stream.prepare(scenario.workload())  # the client encodes the images while the engine starts
         (engine,) = self._engines([self.spec(scenario, self.settings.candidate)], timeline)
         if scenario.lint:
             check_caps(engine.config, scenario.concurrency)  # a hidden cap would make every number meaningless
@@ -92,8 +95,21 @@ class EngineScenarioRunner:
         if engine.spec.proof:
             assert_arm(engine.spec, engine.proof())
         self._timeline(scenario, timeline)
+        statuses = [v.status for v in self.recorder.verdicts(result)]
+        explain_history(self.session.profiles, [result.scenario], statuses, self._profile_settings(engine),
+                        (engine.pids(), self._drive(engine, scenario)), self.session.store.path_for(result.scenario))
         self.results.put(scenario.id, result)
         return self.recorder(result)
+
+    def _profile_settings(self, engine: EngineHandle) -> ProfileSettings:
+        return ProfileSettings.from_settings(self.settings, engine.workdir / "profiles")
+
+    def _drive(self, engine: EngineHandle, scenario: EngineScenario) -> Callable[[float], int]:
+        """Load for a profile window (after the verdicts, never measured): the requests completed in it."""
+        def drive(seconds: float) -> int:
+            seg = self.load.stream.segment(engine.url, scenario.workload(), self.settings.warmup_s, seconds)
+            return len(seg.completed_in(seg.measure_at, seg.stop_at))
+        return drive
 
     def _timeline(self, scenario: EngineScenario, timeline: Timeline) -> None:
         self.request.node.add_report_section("call", "perf timeline", f"{scenario.id}: {timeline.describe()}")
@@ -105,6 +121,7 @@ class EngineScenarioRunner:
         live = self.factory.max_live
         self.factory.max_live = max(live, 2)
         timeline = Timeline()
+        self.load.stream.prepare(scenario.workload())
         started: list[EngineSpec] = []
 
         def release_pair() -> None:
@@ -133,6 +150,11 @@ class EngineScenarioRunner:
         try:
             outcome = measure_ab(pair, scenario, self.settings, self.load.windows, timeline,
                                  instances=self.settings.ab_instances)
+            cand, ref = (self.factory.get(s) for s in sorted(started, key=lambda s: "-ref" in s.name))
+            where = explain_ab(self.session.profiles, [outcome.candidate.scenario],
+                               [v.status for v in outcome.verdicts], self._profile_settings(cand),
+                               candidate=(cand.pids(), self._drive(cand, scenario)),
+                               reference=(ref.pids(), self._drive(ref, scenario)))
             release_pair()
         finally:
             self.factory.max_live = live
@@ -143,5 +165,5 @@ class EngineScenarioRunner:
         self.session.record_diagnostic(outcome.reference, f"the A/B reference build {self.settings.reference}")
         self.recorder.sections_for(outcome.candidate.scenario, outcome.candidate.arm, outcome.verdicts,
                                    f"A/B: {self.settings.candidate} vs reference {self.settings.reference}")
-        conclude(outcome.candidate.scenario, outcome.verdicts, self.settings.strict)
+        conclude(outcome.candidate.scenario, outcome.verdicts, self.settings.strict, profile=where)
         return list(outcome.verdicts)

@@ -21,13 +21,14 @@ completed requests per window, and ``window_instance``: the engine instance that
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.isolation.pinning import CpuSplit
+from engine_fixtures.judge.gating import gating
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.sequential import Budget, measure_until_decided
 from engine_fixtures.judge.verdicts import Verdict, judge_ab
@@ -127,11 +128,15 @@ def block_effects(block: Sequence[tuple[str, dict[str, float]]], name: str) -> f
 
 
 def judge_blocks(blocks: list[list[tuple[str, dict[str, float]]]], budget: int, alpha: float,
-                 floor: float | None, groups: Sequence[int] | None = None) -> list[Verdict]:
-    """Paired verdicts per metric. With ``groups`` (the engine-instance pair each block was measured on) naming two
-    or more pairs, the unit is the pair: its blocks' mean effect, so the offset between two instances of one
-    build (an engine start) is inside the interval; ``budget`` then counts pairs."""
-    names = sorted({k for blk in blocks for _, w in blk for k in w if metric(k).judged and metric(k).condition is None})
+                 floor: float | None, groups: Sequence[int] | None = None, detect: float | None = None,
+                 arm: Mapping[str, str] | None = None) -> list[Verdict]:
+    """Paired verdicts per gating metric (``judge.gating``: throughput, TTFT p50, TPOT p50, the CPU of the role the
+    arm changes, the mechanism counters), the family's alpha shared among them; each pass excludes the metric's
+    declared A/B size (``detect``: ``--perf-ab-detect``). With ``groups`` (the engine-instance pair each block was
+    measured on) naming two or more pairs, the unit is the pair: its blocks' mean effect, so the offset between
+    two instances of one build (an engine start) is inside the interval; ``budget`` then counts pairs."""
+    judged = {k for blk in blocks for _, w in blk for k in w if metric(k).judged and metric(k).condition is None}
+    names = gating(judged, arm or {})
     grouped = groups is not None and len(set(groups)) >= 2
     out = []
     for name in names:
@@ -146,7 +151,8 @@ def judge_blocks(blocks: list[list[tuple[str, dict[str, float]]]], budget: int, 
             effects = [e for e in per_block if e is not None and math.isfinite(e)]
         ref = [w[name] for b in blocks for who, w in b if who == "A" and name in w]
         cand = [w[name] for b in blocks for who, w in b if who == "B" and name in w]
-        v = judge_ab(name, ref, cand, effects, budget=budget, alpha=alpha, floor=floor)
+        v = judge_ab(name, ref, cand, effects, budget=budget, alpha=alpha, floor=floor, detect=detect,
+                     family=len(names), arm=arm)
         if not grouped:
             v = replace(v, message=v.message + "; one engine instance per build: the offset between two starts of "
                                                "one build is not in this interval (--perf-ab-instances 3)")
@@ -196,12 +202,14 @@ def measure_ab(pair: Callable[[int], Pair], scenario: EngineScenario, settings: 
                 run_blocks(settings.ab_blocks, g)
 
     def undecided(alpha: float) -> list[str]:
-        return [v.metric for v in judge_blocks(blocks, budget.maximum, alpha, settings.floor, groups)
+        return [v.metric for v in judge_blocks(blocks, budget.maximum, alpha, settings.floor, groups,
+                                               settings.ab_detect, current["pair"][0].spec.arm)
                 if v.status == "inconclusive"]
 
     progress = measure_until_decided(budget, measure, undecided)
     alpha = budget.alpha_per_look()
-    verdicts = judge_blocks(blocks, budget.maximum, alpha, settings.floor, groups)
+    arm = current["pair"][0].spec.arm
+    verdicts = judge_blocks(blocks, budget.maximum, alpha, settings.floor, groups, settings.ab_detect, arm)
     candidate, reference = current["pair"]
     timeline.close()
     seq = {"blocks": len(blocks), "instance_pairs": len(set(groups)), "looks": progress.looks,

@@ -50,7 +50,7 @@ class SegmentPlan:
     window_s: float
     warmup_s: float
     sample_hz: float = 10.0
-    proof: bool = True  # read the proof counters around the segment (the IPC metrics)
+    proof: bool = True  # read the proof counters around a cuda_ipc segment (the IPC metrics)
 
 
 def _engine_died_under(engine: EngineHandle, exc: BaseException) -> None:
@@ -74,7 +74,8 @@ def measure_segment(engine: EngineHandle, stream: LoadStream, plan: SegmentPlan,
                     instance: str = "") -> list[dict[str, float]]:
     """The windows' metric values (one dict per window); spans go to ``timeline``."""
     reasons = []
-    proof = plan.proof and engine.spec.proof
+    # The proof counters feed the CUDA IPC metrics only; reading them costs two proof flushes per segment.
+    proof = plan.proof and engine.spec.proof and engine.spec.mm_feature_transport == "cuda_ipc"
     interval = 1.0 / plan.sample_hz
     for _ in range(CLIENT_BOUND_ATTEMPTS):
         before = engine.proof().summary() if proof else {}

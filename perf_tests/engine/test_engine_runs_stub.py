@@ -183,3 +183,13 @@ def test_running_requests_show_the_pp_auto_cap(model: Path, factory: EngineFacto
         engine = factory.get(s.spec(model, (0, 1)))
         peaks[s.id] = max(w["running_requests_max"] for w in windows(engine, stream, s, 2, 0.6))
     assert peaks == {"pp2-auto": 4.0, "pp2-mb8": 8.0}
+
+
+def test_prepared_bodies_are_built_before_the_first_segment(model: Path, factory: EngineFactory) -> None:
+    """prepare() lets the client encode the images while the engine starts; the segment then starts at once."""
+    engine = factory.get(stub(model, 2.0))
+    with LoadStream() as s:
+        s.prepare(SCENARIO.workload())
+        seg = s.segment(engine.url, SCENARIO.workload(), 0.1, 0.3)
+        assert seg.records
+        assert s.segments == 1
