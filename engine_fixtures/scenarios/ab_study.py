@@ -163,27 +163,38 @@ def _pct(x: float | None) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x:+.1%}"
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def study_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The options both H200 studies share (model, scenario, placement, cgroup parent, output)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, required=True)
     ap.add_argument("--scenario", default="cpu-copy=buffer-quota", choices=sorted(SCENARIOS))
+    ap.add_argument("--client-cpus", type=parse_cpu_list, default=None)
+    ap.add_argument("--cgroup-parent", type=Path, default=None)
+    ap.add_argument("--out", type=Path, required=True)
+    return ap
+
+
+def study_args(ap: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse, make the output folder, and place cgroup sandboxes where ``--cgroup-parent`` says."""
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.cgroup_parent is not None:
+        configure_parent(args.cgroup_parent)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = study_parser(__doc__)
     ap.add_argument("--sizes", default="0,10,20")
     ap.add_argument("--pairs", type=int, default=3, help="engine groups per trial (the A/B's instance pairs)")
     ap.add_argument("--blocks", type=int, default=1, help="mirrored blocks per group")
     ap.add_argument("--budget-s", type=float, default=540.0, help="start no group that would end past this")
     ap.add_argument("--window-s", type=float, default=3.0)
     ap.add_argument("--warmup-s", type=float, default=0.5)
-    ap.add_argument("--engine-cpus", default="auto")
-    ap.add_argument("--client-cpus", default=None)
-    ap.add_argument("--cgroup-parent", type=Path, default=None)
-    ap.add_argument("--out", type=Path, required=True)
-    args = ap.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.cgroup_parent is not None:
-        configure_parent(args.cgroup_parent)
-    settings = Settings(window_s=args.window_s, warmup_s=args.warmup_s,
-                        engine_cpus=parse_cpus_setting(args.engine_cpus),
-                        client_cpus=parse_cpu_list(args.client_cpus) if args.client_cpus else None)
+    ap.add_argument("--engine-cpus", type=parse_cpus_setting, default="auto")
+    args = study_args(ap, argv)
+    settings = Settings(window_s=args.window_s, warmup_s=args.warmup_s, engine_cpus=args.engine_cpus,
+                        client_cpus=args.client_cpus)
     report = run(args.model, SCENARIOS[args.scenario], [float(s) for s in args.sizes.split(",")], args.pairs,
                  args.blocks, args.budget_s, settings, args.out)
     Console(width=220).print(render(report))

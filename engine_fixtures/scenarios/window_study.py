@@ -12,7 +12,6 @@ p50. The same records, cut differently: the lengths are compared on identical lo
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,12 +22,11 @@ from rich.table import Table
 
 from engine_fixtures.engine.build import EngineBuild
 from engine_fixtures.engine.factory import EngineFactory
-from engine_fixtures.isolation.cgroups import configure_parent
 from engine_fixtures.isolation.pinning import cpu_split
 from engine_fixtures.loadgen.records import RequestRecord
 from engine_fixtures.loadgen.stream import LoadStream
 from engine_fixtures.options import parse_cpus_setting
-from engine_fixtures.scenarios.ab_study import SCENARIOS
+from engine_fixtures.scenarios.ab_study import SCENARIOS, study_args, study_parser
 from engine_fixtures.scenarios.engine import EngineScenario
 
 METRICS = ("requests_per_s", "ttft_p50_ms", "tpot_p50_ms")
@@ -96,24 +94,15 @@ def render(report: dict) -> Table:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", type=Path, required=True)
-    ap.add_argument("--scenario", default="cpu-copy=buffer-quota", choices=sorted(SCENARIOS))
+    ap = study_parser(__doc__)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--lengths", default="0.5,1,2,3,4,6")
     ap.add_argument("--pin", default="auto,off", help="--perf-engine-cpus values to compare, comma-separated "
                                                       "(a CPU list goes alone)")
-    ap.add_argument("--client-cpus", default=None)
-    ap.add_argument("--cgroup-parent", type=Path, default=None)
-    ap.add_argument("--out", type=Path, required=True)
-    args = ap.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.cgroup_parent is not None:
-        configure_parent(args.cgroup_parent)
+    args = study_args(ap, argv)
     pins = args.pin.split(",") if args.pin.replace(",", "").isalpha() else [args.pin]
-    client = tuple(int(c) for c in args.client_cpus.split(",")) if args.client_cpus else None
     report = run(args.model, SCENARIOS[args.scenario], args.seconds, [float(x) for x in args.lengths.split(",")],
-                 pins, client, args.out)
+                 pins, args.client_cpus, args.out)
     Console(width=160).print(render(report))
 
 
