@@ -21,6 +21,7 @@ completed requests per window, and ``window_instance``: the engine instance that
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -173,12 +174,14 @@ def measure_ab(pair: Callable[[int], Pair], scenario: EngineScenario, settings: 
     groups: list[int] = []
     served: dict[str, list[str]] = {"A": [], "B": []}  # the engine instance of each window, per build
     current: dict[str, Pair] = {}
+    first = random.choice(("ABBA", "BAAB"))  # neither build always measures first
+    second = "BAAB" if first == "ABBA" else "ABBA"
 
     def run_blocks(n: int, g: int) -> None:
         cand, ref = current["pair"]
         engines = {"A": ref, "B": cand}
         for _ in range(n):
-            order = "ABBA" if len(blocks) % 2 == 0 else "BAAB"
+            order = first if len(blocks) % 2 == 0 else second
             block = []
             for who in order:
                 block.append((who, windows_of(engines[who], scenario, 1, timeline)[0]))

@@ -138,7 +138,7 @@ def test_ab_catches_a_slower_build_and_passes_an_identical_one(model: Path, fact
 
 def test_ab_with_instance_pairs_makes_the_pair_the_unit(model: Path, factory: EngineFactory,
                                                         stream: LoadStream) -> None:
-    settings = Settings(repeats=2, max_repeats=4, window_s=0.3, warmup_s=0.1, ab_blocks=2)
+    settings = Settings(repeats=2, max_repeats=4, window_s=0.3, warmup_s=0.1, ab_blocks=1)
     out = measure_ab(pairs(factory, model, 4.0, 6.0), SCENARIO, settings, load(stream, settings).windows, Timeline(),
                      instances=2)
     tpot = next(v for v in out.verdicts if v.metric == "tpot_p50_ms")
@@ -153,7 +153,7 @@ def test_an_instance_offset_is_inside_the_interval_never_a_pass(model: Path, fac
                                                                 stream: LoadStream) -> None:
     """Identical builds whose candidate instances alternate +0 and +25 % token time: blocks as the unit would
     call that significant; pairs as the unit see an offset between starts and cannot exclude 10 %."""
-    settings = Settings(repeats=2, max_repeats=4, window_s=0.3, warmup_s=0.1, ab_blocks=2)
+    settings = Settings(repeats=2, max_repeats=4, window_s=0.3, warmup_s=0.1, ab_blocks=1)
     out = measure_ab(pairs(factory, model, 4.0, 4.0, offsets=(0.0, 1.0)), SCENARIO, settings,
                      load(stream, settings).windows, Timeline(), instances=2)
     tpot = next(v for v in out.verdicts if v.metric == "tpot_p50_ms")
