@@ -1,11 +1,11 @@
 """``EngineScenario``: one GPU-tier arm, declared: transport and arms, quota, parallelism, workload.
 
 A test module lists scenarios; ``spec()`` turns one into an ``EngineSpec`` for this machine (model dir, GPUs,
-build), ``workload()`` into the load of one window, ``key()`` into the stable id its baselines are stored
+build), ``workload()`` into the load of its segments, ``key()`` into the stable id its baselines are stored
 under (``engine/transport=cpu/tp=1/pp=1/copy=buffer/quota=4/model=qwen-tiny/c=16``). ``quota="quarter"``
 means a quarter of the visible CPUs (at least one core): 4 of the H200's 16, the setting that reproduced the
-seed's copy regression. ``gpu_bound`` declares that the GPU, not the CPU, should be the bottleneck; GPU
-utilisation is then judged (the judge also checks the baseline's utilisation).
+seed's copy regression. Whether GPU utilisation gates is read from the pool (``judge.gating``: where the pooled
+runs show the GPU at least 60 % busy), not declared here.
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ class EngineScenario:
     max_running_requests: int | None = None
     pp_max_micro_batch_size: str | int = "auto"
     gpus: int = 1
-    gpu_bound: bool = False
     mem_fraction_static: float = 0.5
     lint: bool = True  # False for an arm that exists to exhibit a cap (judged by its invariant instead)
     launcher: tuple[str, ...] = SGLANG_LAUNCHER  # the harness's self-tests put the stub engine here
