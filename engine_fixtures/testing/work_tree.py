@@ -37,34 +37,29 @@ def detokenize(work_ms: float) -> int:
     return busy(work_ms / 4)
 
 
-def scheduler(conn_in, conn_out, work_ms: float, spin_ms: float) -> None:  # type: ignore[no-untyped-def]
+def _serve(title: str, conn_in, conn_out, work) -> None:  # type: ignore[no-untyped-def]
+    """One SGLang-titled role: announce itself, then do ``work()`` per request id and pass the id on."""
     import setproctitle
 
-    setproctitle.setproctitle("sglang::scheduler_TP0")
+    setproctitle.setproctitle(title)
     conn_out.send("up")
     while True:
         try:
             rid = conn_in.recv()
         except EOFError:
             return
-        schedule_batch(work_ms, spin_ms)
+        if rid == "up":  # the upstream role's announcement, not a request
+            continue
+        work()
         conn_out.send(rid)
+
+
+def scheduler(conn_in, conn_out, work_ms: float, spin_ms: float) -> None:  # type: ignore[no-untyped-def]
+    _serve("sglang::scheduler_TP0", conn_in, conn_out, lambda: schedule_batch(work_ms, spin_ms))
 
 
 def detokenizer(conn_in, conn_out, work_ms: float) -> None:  # type: ignore[no-untyped-def]
-    import setproctitle
-
-    setproctitle.setproctitle("sglang::detokenizer")
-    conn_out.send("up")
-    while True:
-        try:
-            rid = conn_in.recv()
-        except EOFError:
-            return
-        if rid == "up":
-            continue
-        detokenize(work_ms)
-        conn_out.send(rid)
+    _serve("sglang::detokenizer", conn_in, conn_out, lambda: detokenize(work_ms))
 
 
 def main() -> None:
