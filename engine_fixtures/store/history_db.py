@@ -41,6 +41,7 @@ STATEMENT_TIMEOUT_MS = 120_000
 SQLITE_BUSY_TIMEOUT_S = 60.0
 MIGRATIONS = Path(__file__).with_name("history_migrations")
 READ_ONLY = "perf_history_read_only"  # execution option of read-only connections
+SCHEMA_LOCK_KEY = 0x5E7F_5C4E  # PostgreSQL advisory lock that serialises creating the schema
 
 
 class HistoryError(PerfError):
@@ -137,9 +138,13 @@ def known_revisions() -> list[str]:
 
 
 def revision_of(conn: sa.Connection) -> tuple[str | None, bool]:
-    """(revision recorded in alembic_version or None, whether any history table exists)."""
-    current = MigrationContext.configure(conn).get_current_revision()
-    return current, sa.inspect(conn).has_table("runs")
+    """(revision recorded in alembic_version or None, whether any history table exists).
+
+    The tables are looked at first: a creator commits them and their revision in one transaction, so once the tables
+    are visible the revision read after them is too (PostgreSQL's READ COMMITTED gives each statement a new snapshot;
+    read the other way round, a creator committing between the two reads looked like a foreign store)."""
+    has_tables = sa.inspect(conn).has_table("runs")
+    return MigrationContext.configure(conn).get_current_revision(), has_tables
 
 
 def check_revision(current: str | None, has_tables: bool, url: URL) -> None:
@@ -172,6 +177,8 @@ def ensure_schema(engine: Engine, url: URL) -> None:
         for attempt in (1, 2):
             try:
                 with engine.begin() as conn:
+                    if conn.dialect.name == "postgresql":  # concurrent first runs create the schema one at a time
+                        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
                     current, has_tables = revision_of(conn)
                     if current is None and not has_tables:
                         _run_upgrade(conn)
