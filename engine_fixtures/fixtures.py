@@ -28,9 +28,9 @@ Judging:
 
 Scenarios:
 - ``perf_results`` (session): this session's measured results by arm id (``scenarios.registry``).
-- ``perf_mechanism(scenario) -> {arm id: RunResult}`` (session): measures a ``MechScenario`` once per session,
+- ``perf_cpu_tier(scenario) -> {arm id: RunResult}`` (session): measures a ``CpuTierScenario`` once per session,
   until its verdicts are decided; the control arm is recorded as the machine's yardstick (diagnostics).
-- ``perf_engine(scenario) -> list[Verdict]``: starts (or reuses) the engine of an ``EngineScenario``, measures
+- ``perf_gpu_tier(scenario) -> list[Verdict]``: starts (or reuses) the engine of an ``EngineScenario``, measures
   it until decided (pooled baseline, or A/B with ``--perf-reference``), checks the arm proof and judges it.
 """
 
@@ -62,7 +62,7 @@ from engine_fixtures.scenarios.registry import ScenarioResults, results_of
 from engine_fixtures.scenarios.runs import SessionLoad
 
 if TYPE_CHECKING:
-    from engine_fixtures.scenarios.mechanism import MechScenario
+    from engine_fixtures.scenarios.cpu_tier import CpuTierScenario
 
 QuotaFactory = Callable[..., CpuQuota]
 CONTROL_WHY = ("the control arm: its numbers are this machine's speed today, which the other arms' rel.* "
@@ -152,20 +152,20 @@ def perf_results(pytestconfig: pytest.Config) -> ScenarioResults:
 
 
 @pytest.fixture(scope="session")
-def perf_mechanism(pytestconfig: pytest.Config, perf_results: ScenarioResults) -> Callable[..., dict]:
-    """``perf_mechanism(scenario)``: the ``MechScenario``'s results by arm id, measured once per session."""
+def perf_cpu_tier(pytestconfig: pytest.Config, perf_results: ScenarioResults) -> Callable[..., dict]:
+    """``perf_cpu_tier(scenario)``: the ``CpuTierScenario``'s results by arm id, measured once per session."""
     session = get_session(pytestconfig)
 
-    def run(scenario: MechScenario) -> dict:
-        from engine_fixtures.profile.mech import after_verdicts  # matplotlib and the rigs: only when measuring
-        from engine_fixtures.scenarios import mechanism  # torch: imported by the tests that measure, not by every run
+    def run(scenario: CpuTierScenario) -> dict:
+        from engine_fixtures.profile.cpu_tier import after_verdicts  # matplotlib and the rigs: only when measuring
+        from engine_fixtures.scenarios import cpu_tier  # torch: imported by the tests that measure, not by every run
 
         cached = perf_results.cached_set(scenario.name)
         if cached is None:
             judge = lambda r, a: session_verdicts(session, r, a)  # noqa: E731
             after = after_verdicts(scenario, session.settings, judge, session.profiles, session.store.path_for,
                                    Path(session.settings.results_dir) / "profiles")
-            cached = mechanism.measure(scenario, session.settings, judge, after)
+            cached = cpu_tier.measure(scenario, session.settings, judge, after)
             perf_results.put_set(scenario.name, cached)
             if scenario.control is not None:
                 session.record_diagnostic(cached[scenario.control.id], CONTROL_WHY)
@@ -185,9 +185,9 @@ def perf_load(pytestconfig: pytest.Config) -> Iterator[SessionLoad]:
 
 
 @pytest.fixture
-def perf_engine(request: pytest.FixtureRequest, engine_factory: EngineFactory, perf_record: PerfRecorder,
+def perf_gpu_tier(request: pytest.FixtureRequest, engine_factory: EngineFactory, perf_record: PerfRecorder,
                 perf_results: ScenarioResults, perf_load: SessionLoad) -> EngineScenarioRunner:
-    """``perf_engine(scenario) -> list[Verdict]`` (``scenarios.engine_runner``)."""
+    """``perf_gpu_tier(scenario) -> list[Verdict]`` (``scenarios.engine_runner``)."""
     return EngineScenarioRunner(request, engine_factory, perf_record, perf_results,
                                 request.getfixturevalue("perf_model_dir"), perf_load)
 

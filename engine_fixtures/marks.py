@@ -6,13 +6,14 @@ import pytest
 
 MARKERS: dict[str, str] = {
     "gpu(count=1)": "needs COUNT NVIDIA GPUs visible through NVML; skipped with the reason otherwise.",
-    "engine": "starts the real SGLang engine (GPU tier); skipped when SGLang or a GPU is missing.",
+    "gpu_tier": "a GPU-tier test: starts the real SGLang engine; skipped when SGLang or a GPU is missing.",
     "cgroup": "needs a writable cgroup CPU controller (skipped with the reason otherwise, and under "
     "--perf-cpu-quota none).",
     "perf(floor=None, new=None)": "a measured scenario with verdicts; FLOOR (percent) overrides --perf-floor and "
     "every log-scale metric's declared floor (the smallest change ever flagged) for this test; NEW='why' declares "
     "a GPU-tier scenario that has no pool yet (strict runs otherwise fail on a missing pool).",
-    "mechanism": "the CPU-tier SHM copy-path mechanism benchmark (real /dev/shm, real processes, real cgroup).",
+    "cpu_tier": "a CPU-tier test: SGLang's SHM copy path measured between real processes through real /dev/shm under "
+    "a real cgroup quota.",
     "slow": "takes minutes; the 'unit' tox env deselects it unless --perf-scale full.",
     "sglang": "uses SGLang's own classes (ShmPointerMMData): skipped when SGLang is not importable here, an error "
     "when the installed release moved them (a layout this suite does not know), so nothing is measured in the "
@@ -21,7 +22,7 @@ MARKERS: dict[str, str] = {
 }
 
 # A test with one of these measures: it never runs under xdist, and its run takes the machine lock first.
-MEASURED: tuple[str, ...] = ("perf", "mechanism", "engine")
+MEASURED: tuple[str, ...] = ("perf", "cpu_tier", "gpu_tier")
 
 
 # Keyword arguments each marker accepts; anything else is a usage error naming the test (pytest-benchmark's rule).
@@ -29,8 +30,8 @@ MARKER_KWARGS: dict[str, frozenset[str]] = {
     "gpu": frozenset({"count"}),
     "perf": frozenset({"floor", "new"}),
     "cgroup": frozenset(),
-    "engine": frozenset(),
-    "mechanism": frozenset(),
+    "gpu_tier": frozenset(),
+    "cpu_tier": frozenset(),
     "sglang": frozenset(),
     "soak": frozenset(),
 }
@@ -61,7 +62,7 @@ def xdist_reason(config: object) -> str | None:
     return None
 
 
-def engine_skip_reason() -> str | None:
+def gpu_tier_skip_reason() -> str | None:
     """Why the real engine cannot start here, or None. Looks for SGLang without importing it."""
     import importlib.util
 
@@ -119,7 +120,7 @@ def gpu_skip_reason(count: int = 1) -> str | None:
 
 def require_gpu_problem(count: int) -> str | None:
     """Why ``--perf-require-gpu COUNT`` cannot hold here (NVML sees fewer GPUs, or SGLang is missing), or None."""
-    reason = gpu_skip_reason(count) or engine_skip_reason()
+    reason = gpu_skip_reason(count) or gpu_tier_skip_reason()
     if reason is None:
         return None
     return (f"--perf-require-gpu {count}: {reason}. This run must test the GPU tier, so the GPU tests may not skip; "
@@ -133,7 +134,7 @@ def cpu_quota_refusal(quota_setting: object, source: str) -> str | None:
         return None
     return (f"--perf-cpu-quota {quota_setting:g} (from {source}) sets the engine's quota on the GPU tier; the CPU "
             "tier's mechanism arms run under the quotas their scenarios declare (e.g. 0.5 core) and would silently "
-            "ignore it. Drop it for perf_tests/mechanism (or use 'none' to skip the quota arms), or run the GPU tier")
+            "ignore it. Drop it for perf_tests/sglang/cpu_tier (or use 'none' to skip the quota arms), or run the GPU tier")
 
 
 def cgroup_skip_reason(quota_setting: object, source: str) -> str | None:

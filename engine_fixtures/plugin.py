@@ -78,7 +78,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError("invalid perf suite markers:\n" + "\n".join(bad))
     xdist = marks.xdist_reason(config)
     refusal = marks.cpu_quota_refusal(settings.cpu_quota, settings.sources["cpu_quota"])
-    if refusal is not None and any(item.get_closest_marker("mechanism") is not None for item in items):
+    if refusal is not None and any(item.get_closest_marker("cpu_tier") is not None for item in items):
         raise pytest.UsageError(refusal)
     for item in items:
         reason = None
@@ -89,8 +89,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if reason is None and gpu is not None:
             count = int(gpu.kwargs.get("count", gpu.args[0] if gpu.args else 1))
             reason = _cached_reason(config, ("gpu", count), lambda c=count: marks.gpu_skip_reason(c))
-        if reason is None and item.get_closest_marker("engine") is not None:
-            reason = _cached_reason(config, ("engine", None), marks.engine_skip_reason)
+        if reason is None and item.get_closest_marker("gpu_tier") is not None:
+            reason = _cached_reason(config, ("gpu_tier", None), marks.gpu_tier_skip_reason)
         if reason is None and item.get_closest_marker("sglang") is not None:
             reason = _cached_reason(config, ("sglang", None), marks.sglang_skip_reason)
         if reason is None and item.get_closest_marker("cgroup") is not None:

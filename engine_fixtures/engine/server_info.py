@@ -6,7 +6,7 @@ PP0/TP0 scheduler), next to ``effective_max_running_requests_per_dp``. The 0.5.1
 (``asdict(server_args)`` at the top) and the 0.5.20 / 0.5.23 layout (``resolved_dict()`` plus
 ``launch_command``; the internal state is ``resolved_server_args_dict()`` with the scheduler's overrides) use
 the same flat key names, so one parser reads all three (samples reconstructed from each release's source:
-perf_tests/sglang_versions/server_info_samples.py; the per-version envs check the key names against the
+perf_tests/sglang/releases/server_info_samples.py; the per-version envs check the key names against the
 installed release's ``ServerArgs``).
 """
 

@@ -52,7 +52,7 @@ PASSTHROUGH: tuple[str, ...] = (
     "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "NVIDIA_VISIBLE_DEVICES", "HF_*",
     "HUGGINGFACE_*", "TRANSFORMERS_*",
 )
-# The suite's own measuring children (mechbench producer/consumer and copy loop, load client, self-test stubs)
+# The suite's own measuring children (cpu_tier producer/consumer and copy loop, load client, self-test stubs)
 # inherited the whole environment before the supervisor curated it. Of that environment these can change how
 # they run or what they measure (interpreter settings, OpenMP/MKL thread pools and their spinning, the
 # allocator), so they still pass: an operator's OMP_NUM_THREADS=8 experiment still reaches the producer.
@@ -92,7 +92,7 @@ class LaunchSpec:
     """What to start: argv, the complete environment, working directory, log file and a display name;
     ``stdio`` (``"log"`` or ``"pipes"``, see the module docstring) and ``text`` (pipes as text);
     ``new_session=False`` keeps the child in the caller's session and process group: a measuring child
-    (mechbench, load client) is then scheduled as before (with autogroup scheduling a new session is a new
+    (cpu_tier, load client) is then scheduled as before (with autogroup scheduling a new session is a new
     scheduling group), and ``stop()`` signals it and its descendants one by one instead of a group."""
 
     argv: tuple[str, ...]

@@ -2,7 +2,7 @@
 
     python -m engine_fixtures.profile.overhead [--copy buffer] [--rounds 12] [--requests 48] [--rate 100]
 
-One mechbench rig (the arm under its 0.5-core quota, as the CPU tier runs it) serves windows of ``--requests``
+One cpu_tier rig (the arm under its 0.5-core quota, as the CPU tier runs it) serves windows of ``--requests``
 requests; the windows alternate A B B A (A: no profiler, B: py-spy recording the producer and the consumer at
 ``--rate``, as ``--perf-profile`` does), after one unrecorded warmup window. Each round's ratio B/A of
 requests per second is the overhead's sample; it prints the per-round ratios, their median and a 95 % interval
@@ -25,8 +25,8 @@ from scipy import stats
 
 from engine_fixtures.isolation import run_registry
 from engine_fixtures.isolation.machine_lock import MachineLock
-from engine_fixtures.mechbench.arms import MechArm
-from engine_fixtures.mechbench.rig import Rig
+from engine_fixtures.cpu_tier.arms import CpuTierArm
+from engine_fixtures.cpu_tier.rig import Rig
 from engine_fixtures.profile import record
 
 
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--requests", type=int, default=48)
     ap.add_argument("--rate", type=float, default=100.0)
     a = ap.parse_args(argv)
-    arm = MechArm(copy=a.copy, threads="cpus", quota=0.5, resolution=1024, concurrency=4)
+    arm = CpuTierArm(copy=a.copy, threads="cpus", quota=0.5, resolution=1024, concurrency=4)
     plain: list[float] = []
     spied: list[float] = []
     samples: list[int] = []

@@ -161,7 +161,7 @@ class PerfRecorder:
 
 def _gpu_tier(item: pytest.Item, scenario: str) -> bool:
     """An engine scenario (its id starts ``engine/``) or an ``engine``-marked test."""
-    return scenario.startswith("engine/") or item.get_closest_marker("engine") is not None
+    return scenario.startswith("engine/") or item.get_closest_marker("gpu_tier") is not None
 
 
 def _declared_new(item: pytest.Item) -> bool:

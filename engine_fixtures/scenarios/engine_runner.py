@@ -1,6 +1,6 @@
-"""``EngineScenarioRunner``: what the ``perf_engine`` fixture does with a declared ``EngineScenario``.
+"""``EngineScenarioRunner``: what the ``perf_gpu_tier`` fixture does with a declared ``EngineScenario``.
 
-``perf_engine(scenario) -> list[Verdict]``:
+``perf_gpu_tier(scenario) -> list[Verdict]``:
 1. builds the scenario's ``EngineSpec`` for this machine (model, GPUs, ``--perf-cpu-quota``, the engines' CPU
    set) and gets a ready engine from the session's factory (engines are reused across scenarios with the same
    launch: a different quota is written to the live engine's cgroup; concurrency and image size are the load's);

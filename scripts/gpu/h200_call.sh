@@ -15,7 +15,7 @@ export PYTHONPATH=/tmp/site:$(pwd) HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHO
   nproc; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } > "$OUT/facts.txt" 2>&1
 cat "$OUT/facts.txt"
 if [ "${SKIP_TRANSPORT:-0}" != 1 ]; then
-  timeout 180 python3 -m pytest -p engine_fixtures.plugin -p engine_fixtures.fixtures perf_tests/transport -q -rs \
+  timeout 180 python3 -m pytest -p engine_fixtures.plugin -p engine_fixtures.fixtures perf_tests/sglang/transport -q -rs \
     > "$OUT/transport.log" 2>&1; echo "transport tests rc=$? ($(tail -1 "$OUT/transport.log"))"
 fi
 echo "setup+transport took $(( $(date +%s) - T0 ))s"

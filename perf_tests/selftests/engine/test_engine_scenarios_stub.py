@@ -1,0 +1,70 @@
+"""The engine tier end to end through pytest, with the stub engine in place of SGLang: declared scenarios are
+started, measured until decided, pooled over three runs, judged; invariants read the session's results; an A/B
+run against a reference build pairs blocks and never pools."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ("pytester",)
+
+TEST_FILE = """
+import os
+import pytest
+from engine_fixtures.scenarios.engine import EngineScenario
+from engine_fixtures.scenarios.invariants import Invariant
+
+STUB = ("-m", "engine_fixtures.testing.stub_engine")
+MS = os.environ.get("STUB_TOKEN_MS", "3")
+FAST = EngineScenario("fast", concurrency=4, output_tokens=12, launcher=STUB, proof=False, copy="buffer")
+SLOW = EngineScenario("slow", concurrency=4, output_tokens=12, launcher=STUB, proof=False, copy="torch")
+
+@pytest.mark.perf
+@pytest.mark.parametrize("scenario", [FAST, SLOW], ids=lambda s: s.id)
+def test_arm(scenario, perf_gpu_tier, monkeypatch):
+    perf_gpu_tier(scenario)
+
+def test_invariant(perf_invariant):
+    # Engine instances are the unit of an unpaired invariant: one instance per arm cannot decide it (inconclusive,
+    # a skip without strict mode), however the windows agree.
+    perf_invariant.check(Invariant("slow >= 0.2x fast", "requests_per_s", "fast", "slow", 0.2, paired=False))
+"""
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester, tmp_path: Path) -> pytest.Pytester:
+    pytester.makepyfile(test_arms=TEST_FILE)
+    return pytester
+
+
+def run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return p.runpytest_subprocess(
+        "-rs", "-p", "no:cacheprovider", "--perf-baseline-dir", str(p.path / "bl"), "--perf-results-dir",
+        str(p.path / "out"), "--perf-model-shape", "tiny", "--perf-repeats", "3", "--perf-max-repeats", "4",
+        "--perf-window-s", "0.4", "--perf-warmup-s", "0.2", "--perf-strict", "no", "--perf-cpu-quota", "none", *args,
+        timeout=600)
+
+
+def test_three_runs_pool_then_judge_and_an_ab_run_is_never_pooled(suite: pytest.Pytester) -> None:
+    for _ in range(3):
+        r = run(suite, "--perf-update-baselines")
+        r.assert_outcomes(skipped=3)
+        r.stdout.fnmatch_lines(["*needs >= 2 fresh engine instances per arm*"])
+    pools = list((suite.path / "bl").glob("*/*.json"))
+    assert len(pools) == 2
+    assert all(len(json.loads(p.read_text())["runs"]) == 3 for p in pools)
+    r = run(suite)
+    outcomes = r.parseoutcomes()
+    assert outcomes.get("passed", 0) + outcomes.get("skipped", 0) == 3, r.stdout.str()[-3000:]
+    r.stdout.fnmatch_lines(["*engine/transport=cpu/tp=1/pp=1/copy=buffer/model=qwen-tiny/c=4*requests_per_s*3 runs*"])
+
+    # one engine pair (instance pairs have their own test in test_engine_runs_stub.py; three cost CI 35 s here)
+    r = run(suite, "-k", "test_arm and fast", "--perf-reference", "installed", "--perf-ab-instances", "1",
+            "--perf-update-baselines")
+    r.stdout.fnmatch_lines(["*A/B against the reference build `installed`*", "*refused*an A/B run*"])
+    verdicts = json.loads(sorted((suite.path / "out").glob("results-*.json"))[-1].read_text())
+    assert verdicts["reference"] == "installed"
+    assert all(len(json.loads(p.read_text())["runs"]) == 3 for p in pools)

@@ -1,0 +1,103 @@
+"""The CPU tier's main job: SGLang's SHM copy path under a real CPU quota, judged.
+
+Declarations only; ``scenarios.mechanism`` measures and ``judge`` decides.
+
+Smoke scale (default; CI and ``tox -e perf-cpu``): at threads = visible CPUs, C=4, 1024 px, under a 0.5-core
+quota, the torch copy (SGLang's line), the buffer copy (the fix), SGLang's own ``ShmPointerMMData`` where it
+imports, and the ``control`` arm (a frozen memmove every arm is expressed against, round by round), all
+interleaved in one run. Every arm is judged against its pooled baseline: ``rel.*`` (ratios to the control,
+which travel between hosts of one machine kind) and the absolute numbers; the invariants compare arms of the
+same rounds and need no baseline, so a fresh box still gets a verdict. ``--perf-scale full`` adds the
+(threads, quota, resolution, concurrency) grid and the OMP_WAIT_POLICY=PASSIVE arm, marked slow.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_fixtures import marks, sglang_version
+from engine_fixtures.cpu_tier.arms import THREAD_ARMS, CpuTierArm
+from engine_fixtures.cpu_tier.handles import sglang_skip_reason
+from engine_fixtures.scenarios.invariants import Invariant
+from engine_fixtures.scenarios.cpu_tier import CpuTierScenario
+
+QUOTA = 0.5
+
+
+def quota_arm(copy: str, **kw: object) -> CpuTierArm:
+    return CpuTierArm(copy=copy, threads="cpus", quota=QUOTA, resolution=1024, concurrency=4, **kw)
+
+
+TORCH, BUFFER, CONTROL, SGLANG = (quota_arm(c) for c in ("torch", "buffer", "control", "sglang"))
+SGLANG_SKIP = sglang_skip_reason()
+# Bounds from measured noise, not a guess. On 2-core Intel boxes (2026-11-30, 10 runs: CI and this suite's own
+# runs) buffer/torch was 1.09-1.26x and stock SGLang/buffer 0.74-0.86x, while one round's paired ratio scatters
+# ~11 %, so 15 rounds leave a +-9 % interval at alpha/looks. 1.05x and 0.95x were undecided in about one run in
+# five (1.093x: interval 1.000-1.194x); the bound 1.0 (which copy is faster) is decided at every ratio measured.
+# The copy microbenchmarks (test_copy_microbench.py) keep >= 1.05x: there the gap is 1.4-1.7x.
+FAN_OUT = Invariant(
+    "buffer >= torch under quota", "requests_per_s", TORCH.id, BUFFER.id, 1.0,
+    why="the fan-out penalty reproduces: with threads = visible CPUs and a binding quota the torch copy's idle "
+        "intra-op workers spin and burn the quota (measured 1.09-1.26x on Intel 2-core boxes, 1.45x on AMD)")
+STOCK = Invariant(
+    "stock SGLang >= buffer under quota", "requests_per_s", BUFFER.id, SGLANG.id, 1.0,
+    why="SGLang as shipped keeps up with the buffer copy; it does not while its ShmPointerMMData copies with torch")
+SMOKE = CpuTierScenario("mech-smoke", (TORCH, BUFFER, CONTROL, *(() if SGLANG_SKIP else (SGLANG,))), CONTROL,
+                     (FAN_OUT, *(() if SGLANG_SKIP else (STOCK,))), warmup=2, requests=48)
+# 48-request windows: ~3.5 s at quota 0.5 (35 CFS periods); the first window after start ran up to 20 % slow
+
+pytestmark = [pytest.mark.cpu_tier, pytest.mark.cgroup()]
+
+
+@pytest.fixture(scope="module")
+def smoke(perf_cpu_tier) -> dict:  # type: ignore[no-untyped-def]
+    return perf_cpu_tier(SMOKE)
+
+
+@pytest.mark.perf
+@pytest.mark.parametrize("arm", [TORCH, BUFFER, pytest.param(SGLANG, marks=pytest.mark.sglang)], ids=lambda a: a.id)
+def test_mech_arm(arm: CpuTierArm, smoke, perf_record) -> None:  # type: ignore[no-untyped-def]
+    perf_record(smoke[arm.id])
+
+
+@pytest.mark.perf
+def test_buffer_copy_beats_torch_under_quota(smoke, perf_invariant) -> None:  # type: ignore[no-untyped-def]
+    perf_invariant.check(FAN_OUT)
+
+
+@pytest.mark.perf
+@pytest.mark.sglang
+@marks.known_regression(sglang_version.SHM_COPY, sglang_version.installed())
+def test_stock_sglang_copy_keeps_up_with_buffer(smoke, perf_invariant) -> None:  # type: ignore[no-untyped-def]
+    perf_invariant.check(STOCK)
+
+
+def grid_scenario(threads: str, quota: float | None, res: int, c: int) -> CpuTierScenario:
+    arms = tuple(CpuTierArm(copy=x, threads=threads, quota=quota, resolution=res, concurrency=c)
+                 for x in ("torch", "buffer", "control"))
+    return CpuTierScenario(f"mech-grid-{threads}-{quota}-{res}-{c}", arms, arms[2], (), warmup=1,
+                        requests=max(48, 2 * c))
+
+
+GRID = [grid_scenario(t, q, r, n) for t in THREAD_ARMS for q in (None, 0.5, 1.0) for r in (512, 1024, 2048)
+        for n in (1, 4, 16) if (t, q, r, n) != ("cpus", QUOTA, 1024, 4)]
+PASSIVE = [CpuTierScenario(f"mech-passive-{q}", (CpuTierArm(copy="torch", quota=q, wait_policy="passive"),
+                                              CpuTierArm(copy="torch", quota=q), CpuTierArm(copy="buffer", quota=q),
+                                              CpuTierArm(copy="control", quota=q)), CpuTierArm(copy="control", quota=q))
+           for q in (None, 0.5, 1.0)]
+
+
+@pytest.fixture
+def full_scale(perf_settings) -> None:  # type: ignore[no-untyped-def]
+    if perf_settings.scale != "full":
+        pytest.skip("full-grid arm: run with --perf-scale full")
+
+
+@pytest.mark.slow
+@pytest.mark.perf
+@pytest.mark.parametrize("scenario", GRID + PASSIVE, ids=lambda s: s.name)
+@pytest.mark.parametrize("which", ["torch", "buffer"])
+def test_mech_grid(scenario: CpuTierScenario, which: str, full_scale, perf_cpu_tier, perf_record) -> None:  # type: ignore[no-untyped-def]
+    results = perf_cpu_tier(scenario)
+    arm = next(a for a in scenario.judged_arms if a.copy == which and a.wait_policy == "default")
+    perf_record(results[arm.id])

@@ -1,0 +1,57 @@
+"""Pipeline parallelism under load: the auto micro-batch cap measured, not only linted.
+
+With ``--pp-max-micro-batch-size`` unset SGLang caps each micro-batch at ``max_running_requests // pp_size``
+(0.5.16 ``scheduler.py:893-899``). For each depth PP in 2, 4, 8 (the seed's PP8), three arms on PP GPUs at one
+concurrency C above M // PP: pp with the auto cap (its hidden cap is the point, so the config lint does not stop
+it), pp with an explicit cap of M, and the TP=PP reference of the seed's comparison. The scheduler's running
+requests (``/metrics``, the largest micro-batch any scheduler reports) must reach min(C, M) on the explicit arm;
+on the auto arm that is a strict expected failure while SGLang keeps the rule. A runner with fewer GPUs than PP
+skips that depth with the reason; ``--perf-gpus 0,1,...`` names the GPUs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_fixtures.errors import InvariantViolated
+from engine_fixtures.scenarios.engine import EngineScenario
+from engine_fixtures.scenarios.invariants import CounterBound
+
+DEPTHS = (2, 4, 8)
+M = 16  # max_running_requests
+C = 16  # client concurrency: above M // PP for every depth, so the auto cap binds
+
+
+def scenarios(pp: int) -> tuple[EngineScenario, ...]:
+    common = {"transport": "cpu", "copy": "buffer", "concurrency": C, "max_running_requests": M, "gpus": pp}
+    return (EngineScenario(f"pp{pp}-auto", pp=pp, lint=False, **common),
+            EngineScenario(f"pp{pp}-mb{M}", pp=pp, pp_max_micro_batch_size=M, **common),
+            EngineScenario(f"tp{pp}", tp=pp, **common))
+
+
+def admits(pp: int, arm: str) -> CounterBound:
+    return CounterBound(f"pp{pp} {arm} cap admits min(C, M)", "running_requests_max", f"pp{pp}-{arm}", min(C, M),
+                        kind="at_least", why=f"the auto cap is M // pp = {M // pp}" if arm == "auto" else "")
+
+
+pytestmark = pytest.mark.gpu_tier
+
+
+@pytest.mark.perf
+@pytest.mark.parametrize("scenario", [pytest.param(s, marks=pytest.mark.gpu(pp), id=s.id)
+                                      for pp in DEPTHS for s in scenarios(pp)])
+def test_pp_arm(scenario: EngineScenario, perf_gpu_tier) -> None:  # type: ignore[no-untyped-def]
+    perf_gpu_tier(scenario)
+
+
+@pytest.mark.parametrize("pp", [pytest.param(pp, marks=pytest.mark.gpu(pp), id=f"pp{pp}") for pp in DEPTHS])
+def test_explicit_micro_batch_cap_admits_the_load(pp: int, perf_invariant) -> None:  # type: ignore[no-untyped-def]
+    perf_invariant.check(admits(pp, f"mb{M}"))
+
+
+@pytest.mark.xfail(strict=True, raises=InvariantViolated,
+                   reason="regression 3: without --pp-max-micro-batch-size SGLang (0.5.16..0.5.23) caps each "
+                   "micro-batch at max_running_requests // pp_size")
+@pytest.mark.parametrize("pp", [pytest.param(pp, marks=pytest.mark.gpu(pp), id=f"pp{pp}") for pp in DEPTHS])
+def test_auto_micro_batch_cap_admits_the_load(pp: int, perf_invariant) -> None:  # type: ignore[no-untyped-def]
+    perf_invariant.check(admits(pp, "auto"))

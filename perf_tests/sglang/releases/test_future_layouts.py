@@ -1,0 +1,148 @@
+"""A release whose layout this suite does not know (a future 0.6) is an error that names what moved and the
+suite that supports what, never a skip and never a measurement of the wrong code.
+
+Each case lays out a fake SGLang (``fake_release``) and runs the lookup in a fresh interpreter with the fake
+first on the path, so these tests run with or without a real SGLang installed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perf_tests.sglang.releases import fake_release
+
+pytest_plugins = ("pytester",)
+MM_UTILS = "sglang/srt/managers/mm_utils.py"
+
+LOOKUP = """
+import json
+from engine_fixtures.transport.sglang_compat import find_shm_class
+lookup = find_shm_class()
+print(json.dumps({"found": lookup.cls is not None, "skip": lookup.skip_reason, "error": lookup.error,
+                  "layout": lookup.layout, "version": lookup.version}))
+"""
+
+
+def lookup(root: Path) -> dict:
+    out = fake_release.run(root, LOOKUP)
+    assert isinstance(out, dict)
+    return out
+
+
+def assert_names_the_way_out(message: str, *needles: str) -> None:
+    for needle in (*needles, "sglang-perf-suite", "supports SGLang 0.5.16..0.5.23",
+                   "engine_fixtures/sglang_version.py"):
+        assert needle in message, f"{needle!r} missing from: {message}"
+
+
+def test_class_gone_from_mm_utils_is_an_error(tmp_path: Path) -> None:
+    fake_release.write(tmp_path, "0.6.0", {MM_UTILS: "class SomethingElse:\n    pass\n"})
+    out = lookup(tmp_path)
+    assert (out["found"], out["skip"]) == (False, None)
+    assert_names_the_way_out(out["error"], "SGLang 0.6.0 (newer than any release", "sglang.srt.managers.mm_utils has "
+                             "no ShmPointerMMData")
+
+
+def test_mm_utils_module_gone_is_an_error(tmp_path: Path) -> None:
+    fake_release.write(tmp_path, "0.6.0", {"sglang/srt/multimodal/transport/shm.py": "X = 1\n"})
+    out = lookup(tmp_path)
+    assert out["skip"] is None
+    assert_names_the_way_out(out["error"], "there is no module sglang.srt.managers.mm_utils")
+
+
+def test_missing_dependency_is_a_skip_not_a_layout_error(tmp_path: Path) -> None:
+    """A CPU box without SGLang's import-time packages skips with the fix (the envs pin them)."""
+    fake_release.write(tmp_path, "0.5.23", {MM_UTILS: "import a_dependency_this_box_lacks\n"})
+    out = lookup(tmp_path)
+    assert out["error"] is None
+    assert "No module named 'a_dependency_this_box_lacks'" in out["skip"]
+    assert "constraints/sglang-cpu-<version>.txt" in out["skip"]
+
+
+def test_known_layout_is_found(tmp_path: Path) -> None:
+    fake_release.write(tmp_path, "0.5.23", {MM_UTILS: fake_release.shm_module()})
+    out = lookup(tmp_path)
+    assert (out["found"], out["error"], out["skip"], out["layout"], out["version"]) == (True, None, None, "0.5.16",
+                                                                                          "0.5.23")
+
+
+COPY_ARMS = """
+import json
+from engine_fixtures.errors import ConfigError
+from engine_fixtures.transport.sglang_compat import apply_copy_arm, find_shm_class
+cls = find_shm_class().cls
+out = {}
+for arm in ("torch", "buffer"):
+    try:
+        apply_copy_arm(cls, arm)
+        out[arm] = "applied"
+    except ConfigError as exc:
+        out[arm] = str(exc)
+print(json.dumps(out))
+"""
+
+
+def test_changed_copy_lines_stop_both_copy_arms(tmp_path: Path) -> None:
+    """An ``__init__`` that copies differently: neither 'torch' (named after the old lines) nor 'buffer' (their
+    rewrite) may run, or the A/B would compare something other than what it names."""
+    fake_release.write(tmp_path, "0.6.0", {MM_UTILS: fake_release.shm_module(fake_release.CHANGED_COPY)})
+    out = fake_release.run(tmp_path, COPY_ARMS)
+    assert isinstance(out, dict)
+    for arm in ("torch", "buffer"):
+        assert_names_the_way_out(out[arm], "ShmPointerMMData.__init__ has the torch copy lines 0 times")
+
+
+def test_unchanged_copy_lines_take_both_arms(tmp_path: Path) -> None:
+    fake_release.write(tmp_path, "0.5.20", {MM_UTILS: fake_release.shm_module()})
+    assert fake_release.run(tmp_path, COPY_ARMS) == {"torch": "applied", "buffer": "applied"}
+
+
+IPC_PROBE = """
+import json, tempfile
+from pathlib import Path
+from engine_fixtures.sglang_plugin.instrument import install_copy_arm, install_ipc_probe
+from engine_fixtures.sglang_plugin.proof_file import Recorder
+rec = Recorder(Path(tempfile.mkdtemp()), {})
+install_ipc_probe(rec)
+install_copy_arm(rec, "buffer")
+print(json.dumps({"errors": rec.errors, "installed": rec.installed}))
+"""
+
+
+def test_engine_plugin_records_what_moved(tmp_path: Path) -> None:
+    """Inside the engine the plugin never raises into SGLang: the proof carries the error, and the arm check
+    (``engine.proof.assert_arm``) fails the test on it instead of timing code that is not there."""
+    fake_release.write(tmp_path, "0.6.0", {MM_UTILS: fake_release.shm_module(fake_release.CHANGED_COPY),
+                                           "sglang/srt/multimodal/transport/cuda_ipc.py": "class Pool:\n    pass\n"})
+    out = fake_release.run(tmp_path, IPC_PROBE)
+    assert isinstance(out, dict)
+    ipc, copy = out["errors"]
+    assert_names_the_way_out(ipc, "ipc: SGLang 0.6.0", "no CudaIpcTensorTransportProxy in the modules this suite "
+                             "knows", "sglang.srt.multimodal.transport.cuda_ipc", "sglang.srt.utils.cuda_ipc_transport")
+    assert_names_the_way_out(copy, "apply_copy_arm('buffer') failed", "torch copy lines 0 times")
+    assert "ipc_rebuild_probe" not in out["installed"]
+
+
+def test_a_marked_test_errors_where_the_layout_moved(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    fake_release.write(tmp_path / "fake", "0.6.0", {MM_UTILS: "class SomethingElse:\n    pass\n"})
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))
+    pytester.makepyfile("import pytest\n\n@pytest.mark.sglang\ndef test_x():\n    pass\n\ndef test_y():\n    pass\n")
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*ConfigError: SGLang 0.6.0 (newer than any release this suite was checked "
+                                 "against): sglang.srt.managers.mm_utils has no ShmPointerMMData*"])
+
+
+def test_required_release_missing_stops_the_session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
+    fake_release.write(tmp_path / "fake", "0.5.23", {MM_UTILS: fake_release.shm_module()})
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("--perf-require-sglang", "0.5.20")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--perf-require-sglang 0.5.20: this environment has SGLang 0.5.23; install that "
+                                 "release*"])
+    pytester.runpytest_subprocess("--perf-require-sglang", "0.5.23").assert_outcomes(passed=1)

@@ -1,0 +1,198 @@
+"""The engine fixture's version-dependent pieces against the INSTALLED release's own code (no GPU needed).
+
+Run by each per-version env (``tox -e sglang0516-cpu,sglang0520-cpu,sglang0523-cpu``, which also passes
+``--perf-require-sglang``); marked ``sglang``, so elsewhere they skip with the reason. Each test checks one fact
+that ``engine_fixtures.sglang_version`` dates by release against what this release really ships: a wrong fact
+there fails here in the env of the release that contradicts it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+import pickle
+import textwrap
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine_fixtures import sglang_version as sv
+from engine_fixtures.engine.server_info import EffectiveConfig
+from engine_fixtures.engine.spec import EngineSpec
+from engine_fixtures.errors import ConfigError
+from engine_fixtures.transport import sglang_compat
+from perf_tests.sglang.releases import server_info_samples
+
+pytestmark = pytest.mark.sglang
+INSTALLED = sv.installed()
+VERSION = sv.parse(INSTALLED)
+MODEL = Path("/models/qwen-tiny")
+
+
+def sglang_module(name: str) -> Any:
+    with warnings.catch_warnings():  # SGLang's import chain warns; the suite turns warnings into errors
+        warnings.simplefilter("ignore")
+        return importlib.import_module(name)
+
+
+def test_shm_class_layout_is_the_one_dated_for_this_release() -> None:
+    lookup = sglang_compat.find_shm_class()
+    assert lookup.cls is not None, lookup.reason
+    assert lookup.layout == sv.expected_shm_layout(VERSION), f"sglang {INSTALLED}: {lookup.reason}"
+
+
+def test_copy_lines_are_there_exactly_while_the_copy_regression_is_declared() -> None:
+    """The static half of the SHM_COPY marker (the mechanism env measures the other half): this release's
+    ``__init__`` holds the torch copy lines once iff ``SHM_COPY`` says the release ships them."""
+    cls = sglang_compat.find_shm_class().cls
+    source = inspect.getsource(sglang_compat.original_init(cls))
+    try:
+        sglang_compat.rewrite_copy_source(textwrap.dedent(source))
+        has_torch_copy = True
+    except ConfigError:
+        has_torch_copy = False
+    assert has_torch_copy is sv.shm_copy_unfixed(VERSION), (
+        f"sglang {INSTALLED}: torch copy lines present={has_torch_copy}, SHM_COPY {sv.SHM_COPY.range_text}")
+
+
+@pytest.mark.parametrize(("arm", "label"), [("stock", "torch"), ("torch", "torch"), ("buffer", "buffer")])
+def test_engine_plugin_labels_the_copy_this_release_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                         arm: str, label: str) -> None:
+    """The engine plugin's copy arm on this release's own class: installed, labelled by the code it calls
+    (stock is SGLang's torch copy while SHM_COPY holds), counted once per construction."""
+    import torch
+
+    from engine_fixtures.sglang_plugin.instrument import install_copy_arm
+    from engine_fixtures.sglang_plugin.proof_file import Recorder
+
+    cls = sglang_compat.find_shm_class().cls
+    for attr in ("__init__", "_perf_original_init", "_perf_copy_arm"):  # undone after the test
+        if attr in cls.__dict__:
+            monkeypatch.setattr(cls, attr, cls.__dict__[attr])
+        else:
+            monkeypatch.delattr(cls, attr, raising=False)
+    rec = Recorder(tmp_path, {"copy": arm})
+    install_copy_arm(rec, arm)
+    assert rec.errors == []
+    assert rec.installed["copy"] == label
+    tensor = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    assert torch.equal(pickle.loads(pickle.dumps(cls(tensor))).materialize(), tensor)  # unlinks the segment
+    assert rec.counters[f"shm_copies_{label}"] == 1
+
+
+def test_ipc_cache_default_is_the_one_the_marker_assumes() -> None:
+    """The IPC_CACHE_OFF marker of the GPU tier, checked on a CPU box: the release's own default."""
+    envs = sglang_module("sglang.srt.environ").envs
+    default = envs.SGLANG_USE_IPC_POOL_HANDLE_CACHE.default
+    assert bool(default) is not sv.ipc_cache_off_by_default(VERSION), (
+        f"sglang {INSTALLED} defaults SGLANG_USE_IPC_POOL_HANDLE_CACHE to {default!r}; IPC_CACHE_OFF covers "
+        f"{sv.IPC_CACHE_OFF.range_text}")
+
+
+def test_env_the_spec_sets_names_variables_this_release_reads() -> None:
+    envs = sglang_module("sglang.srt.environ").envs
+    spec = EngineSpec(MODEL, mm_feature_transport="cuda_ipc", ipc_cache="on")
+    for name in [k for k in spec.env(INSTALLED) if k.startswith("SGLANG_")]:
+        assert hasattr(envs, name), f"sglang {INSTALLED} has no environment variable {name}"
+
+
+def test_cuda_ipc_proxy_is_defined_where_the_plugin_looks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import torch
+
+    from engine_fixtures.sglang_plugin.instrument import REBUILD_METHODS, install_ipc_probe
+    from engine_fixtures.sglang_plugin.proof_file import Recorder
+
+    canonical = sv.cuda_ipc_module(VERSION)
+    proxy = getattr(sglang_module(canonical), sv.CUDA_IPC_PROXY_CLASS)
+    assert proxy.__module__ == canonical
+    # install_ipc_probe patches these in place; monkeypatch puts the originals back after the test
+    monkeypatch.setattr(torch.UntypedStorage, "_new_shared_cuda", torch.UntypedStorage._new_shared_cuda)
+    for meth in REBUILD_METHODS:
+        if meth in proxy.__dict__:
+            monkeypatch.setattr(proxy, meth, proxy.__dict__[meth])
+    rec = Recorder(tmp_path, {})
+    install_ipc_probe(rec)
+    assert rec.errors == []
+    assert rec.installed["ipc_rebuild_probe"] in sv.CUDA_IPC_MODULES
+    assert "reconstruct_on_target_device" in proxy.__dict__
+
+
+def release_parser() -> argparse.ArgumentParser:
+    server_args = sglang_module("sglang.srt.server_args")
+    parser = argparse.ArgumentParser(prog="sglang serve", exit_on_error=False)
+    server_args.ServerArgs.add_cli_args(parser)
+    return parser
+
+
+SPECS = {
+    "cpu-torch": EngineSpec(MODEL),
+    "cpu-stock-quota": EngineSpec(MODEL, copy="stock", cpu_quota=4.0),
+    "cuda_ipc-off": EngineSpec(MODEL, mm_feature_transport="cuda_ipc", ipc_cache="off"),
+    "pp2-capped": EngineSpec(MODEL, pp=2, gpus=(0, 1), pp_max_micro_batch_size=32, max_running_requests=64,
+                             pp_async_batch_depth=1),
+}
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_engine_argv_is_accepted_by_this_release_parser(name: str) -> None:
+    """``EngineSpec.argv`` for this release, parsed by the release's own ``ServerArgs.add_cli_args`` parser:
+    every flag exists and every value is a valid choice (what ``sglang.launch_server`` does first)."""
+    spec = SPECS[name]
+    argv = spec.argv("python", 31000, INSTALLED)
+    args, unknown = release_parser().parse_known_args(argv[len(spec.launcher) + 1:])
+    assert unknown == [], f"sglang {INSTALLED} does not know {unknown}"
+    assert args.mm_feature_transport == spec.mm_feature_transport
+    assert args.pp_size == spec.pp
+
+
+def test_preprocess_cache_flag_exists_exactly_where_dated() -> None:
+    flags = {opt for action in release_parser()._actions for opt in action.option_strings}
+    assert ("--mm-preprocess-cache-size-mb" in flags) is sv.has_preprocess_cache_flag(VERSION), (
+        f"sglang {INSTALLED}: PREPROCESS_CACHE_FLAG is {sv.PREPROCESS_CACHE_FLAG}")
+
+
+def source_of(module: str) -> str:
+    """A module's source, read from its file (not imported: the scheduler's imports want a GPU)."""
+    spec = importlib.util.find_spec(module)
+    assert spec is not None, f"sglang {INSTALLED} has no module {module}"
+    assert spec.origin, f"{module} has no source file"
+    return Path(spec.origin).read_text()
+
+
+def server_args_fields() -> set[str]:
+    cls = sglang_module("sglang.srt.server_args").ServerArgs
+    if dataclasses.is_dataclass(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+    return {f.name for f in sglang_module("sglang.srt.arg_groups.arg_utils").record_fields(cls)}
+
+
+def test_server_info_keys_are_this_release_fields() -> None:
+    """The reconstructed ``/server_info`` samples name only server-args fields this release has, and the
+    scheduler keys the parser reads are in the release's source."""
+    fields = server_args_fields()
+    missing = set(server_info_samples.SERVER_ARGS) - fields
+    assert not missing, f"sglang {INSTALLED} ServerArgs has no {sorted(missing)}"
+    scheduler = source_of("sglang.srt.managers.scheduler")
+    state = scheduler
+    if "self.internal_state.get_internal_state(" in scheduler:  # 0.5.23: a component holds it
+        state = source_of("sglang.srt.managers.scheduler_components.internal_state")
+    assert '"effective_max_running_requests_per_dp"' in state
+    assert '"max_total_num_tokens": self.max_total_num_tokens' in scheduler
+    assert '"pp_max_micro_batch_size"' in scheduler or "pp_max_micro_batch_size=" in scheduler
+
+
+@pytest.mark.skipif(INSTALLED not in server_info_samples.RELEASES,
+                    reason=f"no reconstructed /server_info for SGLang {INSTALLED}")
+def test_server_info_sample_of_this_release_parses() -> None:
+    cfg = EffectiveConfig.parse(server_info_samples.sample(INSTALLED or ""))
+    assert {k: getattr(cfg, k) for k in server_info_samples.EXPECTED} == server_info_samples.EXPECTED
+
+
+def test_plugin_group_is_the_one_this_release_loads() -> None:
+    plugins = sglang_module("sglang.srt.plugins")
+    assert plugins.GENERAL_PLUGINS_GROUP == sv.PLUGIN_GROUP
