@@ -1,7 +1,66 @@
 """SGLang serving performance regression suite: library and pytest plugin.
 
-The plugin (``engine_fixtures.plugin``) only wires hooks; everything else lives in one small
-module per concern (see docs/ARCHITECTURE.md).
+What a test author uses imports from here (loaded on first use, so the plugin stays light)::
+
+    from engine_fixtures import EngineScenario, Invariant, CounterBound, known_regression, SHM_COPY
+
+The plugin (``engine_fixtures.plugin``) only wires hooks; everything else lives in one small module per concern
+(see docs/ARCHITECTURE.md).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+# name -> module that defines it
+_EXPORTS = {
+    "EngineScenario": "engine_fixtures.scenarios.engine",
+    "CpuTierScenario": "engine_fixtures.scenarios.cpu_tier",
+    "CpuTierArm": "engine_fixtures.cpu_tier.arms",
+    "Invariant": "engine_fixtures.scenarios.invariants",
+    "CounterBound": "engine_fixtures.scenarios.invariants",
+    "WorkloadSpec": "engine_fixtures.loadgen.workload",
+    "EngineSpec": "engine_fixtures.engine.spec",
+    "EngineHandle": "engine_fixtures.engine.handle",
+    "KnownRegression": "engine_fixtures.sglang_version",
+    "SHM_COPY": "engine_fixtures.sglang_version",
+    "IPC_CACHE_OFF": "engine_fixtures.sglang_version",
+    "PP_MICROBATCH_CAP": "engine_fixtures.sglang_version",
+    "installed_sglang": "engine_fixtures.sglang_version",
+    "known_regression": "engine_fixtures.session.marks",
+    "InvariantViolated": "engine_fixtures.errors",
+    "MeasurementError": "engine_fixtures.errors",
+    "ConfigError": "engine_fixtures.errors",
+}
+_RENAMED = {"installed_sglang": "installed"}
+__all__ = [  # noqa: RUF022 (grouped as _EXPORTS)
+    "EngineScenario", "CpuTierScenario", "CpuTierArm", "Invariant", "CounterBound", "WorkloadSpec", "EngineSpec",
+    "EngineHandle", "KnownRegression", "SHM_COPY", "IPC_CACHE_OFF", "PP_MICROBATCH_CAP", "installed_sglang",
+    "known_regression", "InvariantViolated", "MeasurementError", "ConfigError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'engine_fixtures' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from engine_fixtures.cpu_tier.arms import CpuTierArm
+    from engine_fixtures.engine.handle import EngineHandle
+    from engine_fixtures.engine.spec import EngineSpec
+    from engine_fixtures.errors import ConfigError, InvariantViolated, MeasurementError
+    from engine_fixtures.loadgen.workload import WorkloadSpec
+    from engine_fixtures.scenarios.cpu_tier import CpuTierScenario
+    from engine_fixtures.scenarios.engine import EngineScenario
+    from engine_fixtures.scenarios.invariants import CounterBound, Invariant
+    from engine_fixtures.session.marks import known_regression
+    from engine_fixtures.sglang_version import IPC_CACHE_OFF, PP_MICROBATCH_CAP, SHM_COPY, KnownRegression
+    from engine_fixtures.sglang_version import installed as installed_sglang

@@ -15,6 +15,10 @@ class ConfigError(PerfError):
     """A bad option, ini key, env variable or marker value; the message says where it came from."""
 
 
+class QuotaError(ConfigError, ValueError):
+    """A CPU quota that is not None and not > 0 cores (``quota.checked_cores``, the one check)."""
+
+
 class QuotaNotPermitted(PerfError):
     """No writable cgroup CPU controller (v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``)."""
 

@@ -45,7 +45,6 @@ import pytest
 
 from engine_fixtures.engine.factory import EngineFactory
 from engine_fixtures.engine.handle import EngineHandle
-from engine_fixtures.engine.params import apply_quota_setting, spec_from_param
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.isolation.cgroups import CpuQuota, probe_quota_support
@@ -53,13 +52,15 @@ from engine_fixtures.isolation.leaks import LeakSnapshot, no_leaks
 from engine_fixtures.isolation.pinning import cpu_split
 from engine_fixtures.loadgen.stream import LoadStream
 from engine_fixtures.model.modeldir import check_model_dir, write_model_dir
-from engine_fixtures.options import SETTINGS_KEY, Settings
-from engine_fixtures.report import sections
-from engine_fixtures.report.recorder import InvariantJudge, PerfRecorder, session_verdicts
-from engine_fixtures.report.session import get_session
-from engine_fixtures.scenarios.engine_runner import EngineScenarioRunner
-from engine_fixtures.scenarios.registry import ScenarioResults, results_of
+from engine_fixtures.options import Settings
 from engine_fixtures.scenarios.runs import SessionLoad
+from engine_fixtures.session import sections
+from engine_fixtures.session.engine_runner import EngineScenarioRunner
+from engine_fixtures.session.params import apply_quota_setting, spec_from_param
+from engine_fixtures.session.perf_session import get_session
+from engine_fixtures.session.recorder import InvariantJudge, PerfRecorder, session_verdicts
+from engine_fixtures.session.registry import ScenarioResults, results_of
+from engine_fixtures.session.settings import SETTINGS_KEY
 
 if TYPE_CHECKING:
     from engine_fixtures.scenarios.cpu_tier import CpuTierScenario
@@ -122,7 +123,8 @@ def engine_factory(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPat
     settings = pytestconfig.stash[SETTINGS_KEY]
     session = get_session(pytestconfig)
     factory = EngineFactory(tmp_path_factory.mktemp("engines"), settings.engine_timeout,
-                            on_finding=session.findings.append, sandbox=cgroup_support is None)
+                            on_finding=session.findings.append, sandbox=cgroup_support is None,
+                            max_live=1 if settings.reference is None else 2)  # an A/B pair is live at once
     try:
         yield factory
     finally:

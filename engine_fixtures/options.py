@@ -12,29 +12,16 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from engine_fixtures.engine.build import EngineBuild, parse_reference
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.inject import Injection, parse_injection
+from engine_fixtures.quota import QuotaSetting
 
 Parser = Callable[[str], Any]
-
-
-def parse_quota(text: str) -> float | str:
-    """``auto`` (each scenario's own quota), ``none`` (no quota at all) or cores > 0, e.g. ``1.5``."""
-    low = text.strip().lower()
-    if low in ("auto", "none"):
-        return low
-    try:
-        cores = float(low)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or a number of cores, got {text!r}") from None
-    if not cores > 0:
-        raise argparse.ArgumentTypeError(f"a CPU quota must be > 0 cores, got {text!r}")
-    return cores
 
 
 def parse_positive_int(text: str) -> int:
@@ -146,7 +133,7 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("cpu_quota", "CPU quota for the engine/producer cgroup: 'auto' uses each scenario's own quota, "
            "'none' runs without any quota (quota arms are then skipped, never run unquota'd), or a number of "
-           "cores such as 13.6.", parse_quota, "auto", "auto|none|CORES"),
+           "cores such as 13.6.", QuotaSetting.parse, QuotaSetting(), "auto|none|CORES"),
     Option("baseline_dir", "Directory holding baselines/<machine_key>/<scenario>.json.", Path, Path("baselines"),
            "DIR"),
     Option("results_dir", "Directory for this run's results JSON, Markdown summary and HTML report.", Path,
@@ -172,14 +159,14 @@ OPTIONS: tuple[Option, ...] = (
            "PCT"),
     Option("reference", "Judge the engine tier as a paired A/B against this reference build, measured interleaved "
            "on this runner: venv:DIR, python:PATH, site:DIR, wheel:FILE.whl, patch:NAME=MS, env:K=V (join with "
-           "'+'). Without it, results are judged against the pooled baselines.", str, None, "BUILD"),
+           "'+'). Without it, results are judged against the pooled baselines.", parse_reference, None, "BUILD"),
     Option("ab_instances", "A/B: fresh engine pairs (reference + candidate) to measure; with 2 or more the pair is "
            "the unit of the interval, so the offset between two starts of one build counts as noise (measured "
            "+15.8%% TPOT between two instances on the H200). 1 is quicker and says the offset is not included.",
            parse_positive_int, 3, "N"),
     Option("candidate", "The build judged in A/B mode (--perf-reference): 'installed' (default) or any "
-           "--perf-reference form, e.g. patch:slow-scheduler=0.3 to prove the gate with a known slowdown.", str,
-           "installed", "BUILD"),
+           "--perf-reference form, e.g. patch:slow-scheduler=0.3 to prove the gate with a known slowdown.",
+           partial(parse_reference, option="--perf-candidate"), EngineBuild(), "BUILD"),
     Option("inject", "Deliberate slowdowns or faults that prove the gates red (never recorded as baselines): "
            "slow:ARM=MS (mechanism producer spins MS ms per request) and copy:ARM=IMPL (arm copies with IMPL).",
            _parse_injection, None, "SPEC"),
@@ -252,11 +239,6 @@ def add_options(addoption: Callable[..., Any], prefix: str = "perf-", names: tup
             addoption(flag, metavar=opt.metavar, default=None, help=opt.help + default_text)
 
 
-def add_ini(parser: pytest.Parser) -> None:
-    for opt in OPTIONS:
-        parser.addini(opt.ini, opt.help, default=None)
-
-
 @dataclass(frozen=True)
 class Resolved:
     value: Any
@@ -264,7 +246,11 @@ class Resolved:
 
 
 def display(value: Any) -> str:
-    """``repr`` of an option's value for headers and messages, a URL's password masked."""
+    """An option's value for headers and messages (``repr``; a build's label; a URL's password masked)."""
+    if isinstance(value, QuotaSetting):
+        return repr(str(value))
+    if isinstance(value, EngineBuild):
+        return repr(value.label)
     return mask_password(repr(value))
 
 
@@ -278,7 +264,7 @@ def _parse(opt: Option, raw: Any, where: str) -> Any:
         return raw
     try:
         return opt.parse(raw)
-    except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+    except (argparse.ArgumentTypeError, ValueError, TypeError, ConfigError) as exc:
         raise ConfigError(f"Invalid {opt.cli} {raw!r} from {where}: {exc}") from None
 
 
@@ -311,7 +297,7 @@ def resolve(
 class Settings:
     """The session's resolved options. Frozen: pass it around, never mutate it."""
 
-    cpu_quota: float | str = "auto"
+    cpu_quota: QuotaSetting = QuotaSetting()  # noqa: RUF009 (frozen: one shared instance is safe)
     baseline_dir: Path = Path("baselines")
     results_dir: Path = Path(".perf-results")
     history_url: str | None = None
@@ -322,8 +308,8 @@ class Settings:
     repeats: int = 5
     max_repeats: int = 15
     floor: float | None = None
-    reference: str | None = None
-    candidate: str = "installed"
+    reference: EngineBuild | None = None  # parsed at start-up: a typo stops the run before any engine starts
+    candidate: EngineBuild = EngineBuild()  # noqa: RUF009 (frozen: one shared instance is safe)
     ab_instances: int = 3
     inject: Injection | None = None
     window_s: float = 3.0
@@ -369,12 +355,3 @@ def settings_from_values(cli: Mapping[str, Any], ini: Mapping[str, Any], env: Ma
                           f"--perf-repeats {values['repeats']} ({sources['repeats']}); the budget must allow the "
                           "first look")
     return Settings(**values, sources=sources)
-
-
-def settings_from_config(config: pytest.Config) -> Settings:
-    cli = {o.name: config.getoption(o.cli.lstrip("-").replace("-", "_"), None) for o in OPTIONS}
-    ini = {o.name: config.getini(o.ini) for o in OPTIONS}
-    return settings_from_values(cli, ini, root=config.rootpath)
-
-
-SETTINGS_KEY = pytest.StashKey[Settings]()

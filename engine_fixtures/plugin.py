@@ -6,9 +6,10 @@ from collections.abc import Generator
 
 import pytest
 
-from engine_fixtures import marks, options
+from engine_fixtures import options
 from engine_fixtures.errors import ConfigError, PerfError
-from engine_fixtures.report import sections
+from engine_fixtures.session import marks, sections
+from engine_fixtures.session import settings as perf_settings
 
 _MACHINE_KEY = pytest.StashKey[object]()
 _SKIP_CACHE_KEY = pytest.StashKey[dict[tuple[str, object], str | None]]()
@@ -17,7 +18,7 @@ _SKIP_CACHE_KEY = pytest.StashKey[dict[tuple[str, object], str | None]]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("perf", "SGLang serving performance suite")
     options.add_options(group.addoption)
-    options.add_ini(parser)
+    perf_settings.add_ini(parser)
 
 
 @pytest.hookimpl(trylast=True)
@@ -25,10 +26,10 @@ def pytest_configure(config: pytest.Config) -> None:
     for signature, text in marks.MARKERS.items():
         config.addinivalue_line("markers", f"{signature}: {text}")
     try:
-        settings = options.settings_from_config(config)
+        settings = perf_settings.settings_from_config(config)
     except PerfError as exc:
         raise pytest.UsageError(str(exc)) from None
-    config.stash[options.SETTINGS_KEY] = settings
+    config.stash[perf_settings.SETTINGS_KEY] = settings
     config.stash[_SKIP_CACHE_KEY] = {}
     if settings.require_sglang and (problem := marks.require_sglang(settings.require_sglang)) is not None:
         raise pytest.UsageError(problem)
@@ -37,8 +38,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
     from engine_fixtures.isolation.cgroups import configure_parent, configured_parent
     from engine_fixtures.machine import MachineInfo
-    from engine_fixtures.report.run_guard import install_run_guard
-    from engine_fixtures.report.session import install_session
+    from engine_fixtures.session.perf_session import install_session
+    from engine_fixtures.session.run_guard import install_run_guard
 
     previous = configured_parent()
     config.add_cleanup(lambda: configure_parent(previous))  # a pytester session may run in this process
@@ -53,12 +54,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     machine = config.stash.get(_MACHINE_KEY, None)
-    settings = config.stash[options.SETTINGS_KEY]
+    settings = config.stash[perf_settings.SETTINGS_KEY]
     lines = list(machine.header_lines()) if machine is not None else []
     changed = [f"{name}={options.display(getattr(settings, name))} ({src})" for name, src in settings.sources.items()
                if not src.startswith("default")]
     lines.append("perf options: " + (", ".join(changed) if changed else "all defaults"))
-    from engine_fixtures.report.run_guard import header_lines
+    from engine_fixtures.session.run_guard import header_lines
 
     return lines + header_lines(config)
 
@@ -72,7 +73,7 @@ def _cached_reason(config: pytest.Config, key: tuple[str, object], compute) -> s
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip what cannot run here, each with a reason that states the fact and the fix."""
-    settings = config.stash[options.SETTINGS_KEY]
+    settings = config.stash[perf_settings.SETTINGS_KEY]
     bad = [e for item in items for e in marks.marker_errors(item)]
     if bad:
         raise pytest.UsageError("invalid perf suite markers:\n" + "\n".join(bad))
@@ -85,6 +86,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         measured = marks.is_measured(item)
         if xdist and measured:
             reason = xdist
+        if reason is None:
+            reason = marks.scale_skip_reason(item, settings.scale)
         gpu = item.get_closest_marker("gpu")
         if reason is None and gpu is not None:
             count = int(gpu.kwargs.get("count", gpu.args[0] if gpu.args else 1))
@@ -95,7 +98,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             reason = _cached_reason(config, ("sglang", None), marks.sglang_skip_reason)
         if reason is None and item.get_closest_marker("cgroup") is not None:
             quota, source = settings.cpu_quota, settings.sources["cpu_quota"]
-            key = ("cgroup", quota if quota == "none" else "any")
+            key = ("cgroup", quota.mode == "none")
             reason = _cached_reason(config, key, lambda q=quota, s=source: marks.cgroup_skip_reason(q, s))
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))

@@ -10,9 +10,9 @@ pytest process at plugin load and inside SGLang's own processes (``sglang_plugin
   Dated from the wheels of 0.5.16 through 0.5.20 and 0.5.23 (``sglang/srt/environ.py``, ``server_args.py``,
   ``arg_groups/``, ``managers/mm_utils.py``, ``multimodal/transport/``); the CPU tier imports and runs
   0.5.16, 0.5.20 and 0.5.23 (``tox -e sglang{0516,0520,0523}-cpu``).
-- Known regressions by release (the strict xfails of both tiers): ``SHM_COPY`` (the SHM ``copy_`` fan-out) and
-  ``IPC_CACHE_OFF`` (the IPC pool-handle cache off by default); ``marks.known_regression`` turns one into a
-  strict xfail whose XPASS names the constant to move.
+- Known regressions by release (the strict xfails of both tiers): ``SHM_COPY`` (the SHM ``copy_`` fan-out),
+  ``IPC_CACHE_OFF`` (the IPC pool-handle cache off by default) and ``PP_MICROBATCH_CAP`` (the PP micro-batch
+  cap); ``marks.known_regression`` turns one into a strict xfail whose XPASS names the constant to move.
 - A release newer than ``NEWEST_CHECKED`` is run, never assumed: a layout lookup that fails there is an error
   naming what moved and the range this suite supports (``unsupported()``), not a skip.
 """
@@ -81,6 +81,10 @@ IPC_CACHE_OFF = KnownRegression(
     "IPC_CACHE_OFF", (0, 0, 0), (0, 5, 16),
     "regression 2: SGLANG_USE_IPC_POOL_HANDLE_CACHE defaults to off, so the scheduler re-opens the IPC pool "
     "handle for every image")
+PP_MICROBATCH_CAP = KnownRegression(
+    "PP_MICROBATCH_CAP", (0, 5, 16), (0, 5, 23),
+    "regression 3: without --pp-max-micro-batch-size the scheduler caps each micro-batch at "
+    "max(max_running_requests // pp_size, 1), so pipeline parallelism silently admits fewer running requests")
 
 
 def _text(version: Version) -> str:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from engine_fixtures.errors import ConfigError
 from engine_fixtures.cpu_tier.handles import CPU_TIER_ARMS
+from engine_fixtures.errors import ConfigError
+from engine_fixtures.quota import checked_cores, quota_text
 
 PATCH = 14
 GRID = 28
@@ -49,13 +50,12 @@ class CpuTierArm:
 
     def __post_init__(self) -> None:
         if self.copy not in CPU_TIER_ARMS:
-            raise ConfigError(f"unknown mechanism copy arm {self.copy!r}: use one of {', '.join(CPU_TIER_ARMS)}")
+            raise ConfigError(f"unknown CPU-tier copy arm {self.copy!r}: use one of {', '.join(CPU_TIER_ARMS)}")
         if self.threads not in THREAD_ARMS:
             raise ConfigError(f"unknown thread arm {self.threads!r}: use one of {', '.join(THREAD_ARMS)}")
         if self.wait_policy not in ("default", "passive"):
             raise ConfigError(f"unknown wait policy {self.wait_policy!r}: use 'default' or 'passive'")
-        if self.quota is not None and not self.quota > 0:
-            raise ConfigError(f"quota must be > 0 cores or None, got {self.quota!r}")
+        checked_cores(self.quota, "CpuTierArm quota")
         if self.resolution < GRID or self.concurrency < 1:
             raise ConfigError(f"resolution must be >= {GRID} and concurrency >= 1, got {self}")
 
@@ -65,8 +65,8 @@ class CpuTierArm:
 
     @property
     def axes(self) -> dict[str, str]:
-        axes = {"copy": self.copy, "threads": self.threads, "quota": "none" if self.quota is None else
-                f"{self.quota:g}", "res": str(self.resolution), "c": str(self.concurrency)}
+        axes = {"copy": self.copy, "threads": self.threads, "quota": quota_text(self.quota),
+                "res": str(self.resolution), "c": str(self.concurrency)}
         if self.wait_policy != "default":
             axes["wait"] = self.wait_policy
         return axes

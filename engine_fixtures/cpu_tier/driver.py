@@ -27,16 +27,16 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from statistics import median
 
+from engine_fixtures.cpu_tier.arms import CpuTierArm, pixel_shape, visible_cpus
+from engine_fixtures.cpu_tier.handles import SGLANG_PREFIX
+from engine_fixtures.cpu_tier.producer import MECH_PREFIX
+from engine_fixtures.cpu_tier.rig import Rig
 from engine_fixtures.errors import ConfigError, LeakError
 from engine_fixtures.inject import Injection
 from engine_fixtures.isolation.cgroups import PREFIX
 from engine_fixtures.isolation.leaks import Leaks, LeakSnapshot, semaphore_files
 from engine_fixtures.judge.metrics import REL_PREFIX
 from engine_fixtures.judge.sequential import Budget, measure_until_decided
-from engine_fixtures.cpu_tier.arms import CpuTierArm, pixel_shape, visible_cpus
-from engine_fixtures.cpu_tier.handles import SGLANG_PREFIX
-from engine_fixtures.cpu_tier.producer import MECH_PREFIX
-from engine_fixtures.cpu_tier.rig import Rig
 from engine_fixtures.store.results import RunResult
 
 CGROUP_NAME = f"mech-{os.getpid()}"  # cgroups perf-mech-<pid>-<uuid>: this process's own

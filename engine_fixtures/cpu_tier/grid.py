@@ -20,9 +20,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.cpu_tier.arms import CpuTierArm, visible_cpus
 from engine_fixtures.cpu_tier.driver import run_arms
+from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.store.results import RunResult
 
 

@@ -37,9 +37,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from engine_fixtures.inject import spin
 from engine_fixtures.cpu_tier import handles
 from engine_fixtures.cpu_tier.arms import AUTHKEY_ENV, pixel_shape
+from engine_fixtures.inject import spin
 
 MECH_PREFIX = "perf_mech_"
 

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+from engine_fixtures.cpu_tier.arms import AUTHKEY_ENV, CpuTierArm
 from engine_fixtures.errors import MeasurementError, ProcessCrashed, ProcessStartError, QuotaNotPermitted
 from engine_fixtures.isolation.cgroups import CpuQuota
 from engine_fixtures.isolation.leaks import mapped_semaphores
 from engine_fixtures.isolation.process import CHILD_PASSTHROUGH, LaunchSpec, Supervised, curated_env
-from engine_fixtures.cpu_tier.arms import AUTHKEY_ENV, CpuTierArm
 from engine_fixtures.sampling.cgroup import CgroupSampler
 from engine_fixtures.sampling.cpu import CpuSampler
 

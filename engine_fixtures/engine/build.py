@@ -89,7 +89,7 @@ def _pairs(kind: str, text: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def parse_reference(text: str) -> EngineBuild:
+def parse_reference(text: str, option: str = "--perf-reference") -> EngineBuild:
     """Parse ``--perf-reference`` (see the module docstring); ConfigError names what is wrong and the forms.
     ``installed`` is the suite's own interpreter and SGLang, unchanged."""
     if text.strip() == "installed":
@@ -102,33 +102,33 @@ def parse_reference(text: str) -> EngineBuild:
     for part in filter(None, (p.strip() for p in text.split("+"))):
         kind, colon, value = part.partition(":")
         if not colon or kind not in KINDS or not value:
-            raise ConfigError(f"--perf-reference {part!r}: expected one of {forms}")
+            raise ConfigError(f"{option} {part!r}: expected one of {forms}")
         if kind in ("venv", "python"):
             if python is not None:
-                raise ConfigError(f"--perf-reference {text!r} names two interpreters; give one venv: or python:")
+                raise ConfigError(f"{option} {text!r} names two interpreters; give one venv: or python:")
             exe = Path(value) / "bin" / "python" if kind == "venv" else Path(value)
             if not os.access(exe, os.X_OK):
-                raise ConfigError(f"--perf-reference {part!r}: {exe} is not an executable Python; "
+                raise ConfigError(f"{option} {part!r}: {exe} is not an executable Python; "
                                   f"{'create the venv and install SGLang in it' if kind == 'venv' else 'fix the path'}")
             python = str(exe)
         elif kind == "site":
             if not Path(value).is_dir():
-                raise ConfigError(f"--perf-reference {part!r}: {value} is not a directory")
+                raise ConfigError(f"{option} {part!r}: {value} is not a directory")
             paths.append(str(Path(value).resolve()))
         elif kind == "wheel":
             if not (value.endswith(".whl") and Path(value).is_file()):
-                raise ConfigError(f"--perf-reference {part!r}: {value} is not a .whl file")
+                raise ConfigError(f"{option} {part!r}: {value} is not a .whl file")
             wheel = str(Path(value).resolve())
         elif kind == "patch":
             try:
                 parse(value)
             except ValueError as exc:
-                raise ConfigError(f"--perf-reference {part!r}: {exc}") from None
+                raise ConfigError(f"{option} {part!r}: {exc}") from None
             env[PATCH_ENV] = ",".join(filter(None, [env.get(PATCH_ENV, ""), value]))
         else:
             env.update(_pairs(kind, value))
     if python is None and not paths and wheel is None and not env:
-        raise ConfigError(f"--perf-reference {text!r} names nothing; expected one of {forms}")
+        raise ConfigError(f"{option} {text!r} names nothing; expected one of {forms}")
     return EngineBuild(label=text, python=python, pythonpath=tuple(paths), wheel=wheel,
                        env=tuple(sorted(env.items())))
 

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from engine_fixtures import sglang_version
 from engine_fixtures.engine.build import EngineBuild
-from engine_fixtures.errors import ConfigError
+from engine_fixtures.errors import ConfigError, QuotaError
+from engine_fixtures.quota import checked_cores, quota_text
 
 TRANSPORTS = ("cpu", "cuda_ipc")
 # "stock" leaves SGLang's own behaviour alone (no copy patch; SGLANG_USE_IPC_POOL_HANDLE_CACHE unset), so a
@@ -92,8 +93,10 @@ class EngineSpec:
             raise bad(f"max_running_requests={self.max_running_requests}", "pass None (auto) or >= 1")
         if not 0 < self.mem_fraction_static < 1:
             raise bad(f"mem_fraction_static={self.mem_fraction_static}", "pass a fraction in (0, 1)")
-        if self.cpu_quota is not None and not self.cpu_quota > 0:
-            raise bad(f"cpu_quota={self.cpu_quota}", "pass None (no quota) or cores > 0")
+        try:
+            checked_cores(self.cpu_quota, "cpu_quota")
+        except QuotaError as exc:
+            raise bad(f"cpu_quota={self.cpu_quota}", f"pass None (no quota) or cores > 0 ({exc})") from None
         if len(self.gpus) < self.tp * self.pp:
             raise bad(
                 f"tp*pp={self.tp * self.pp} GPUs needed but gpus={self.gpus}",
@@ -116,7 +119,7 @@ class EngineSpec:
         if self.max_running_requests is not None:
             arm["max_running"] = str(self.max_running_requests)
         if self.cpu_quota is not None:
-            arm["quota"] = f"{self.cpu_quota:g}"
+            arm["quota"] = quota_text(self.cpu_quota)
         return arm
 
     @property

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine_fixtures.quota import checked_cores
+
 PERIOD_US = 100_000
 
 
@@ -42,6 +44,5 @@ def format_cpu_max(cores: float | None, period_us: int = PERIOD_US) -> str:
 
 
 def _quota_us(cores: float, period_us: int) -> int:
-    if not cores > 0:
-        raise ValueError(f"a CPU quota must be > 0 cores, got {cores!r}")
-    return max(1000, round(cores * period_us))  # the kernel's minimum quota is 1 ms
+    checked = checked_cores(cores, "a CPU quota")
+    return max(1000, round(checked * period_us))  # the kernel's minimum quota is 1 ms

@@ -40,6 +40,7 @@ from engine_fixtures.isolation.cgroup_values import (
     parse_cpu_max,
 )
 from engine_fixtures.isolation.signals import sigkill_and_wait
+from engine_fixtures.quota import checked_cores
 
 PREFIX = "perf-"
 _SANDBOX_RE = re.compile(rf"{PREFIX}(?:.+-)?(?P<token>\d+\.\d+)-[0-9a-f]{{6}}")
@@ -268,9 +269,7 @@ class CpuQuota:
 
     def __init__(self, cores: float | None, *, name: str = "perf", root: Path | None = None,
                  kill_timeout_s: float = 10.0) -> None:
-        if cores is not None and not cores > 0:
-            raise ValueError(f"CpuQuota cores must be > 0 or None, got {cores!r}")
-        self.cores = cores
+        self.cores = checked_cores(cores, "CpuQuota cores")
         base = name.removeprefix("perf").strip("-")
         self.owner = owner.current()
         self.name = f"{PREFIX}{base + '-' if base else ''}{self.owner.token}-{uuid.uuid4().hex[:6]}"
@@ -339,8 +338,7 @@ class CpuQuota:
 
     def set_cores(self, cores: float | None) -> None:
         """Change the quota of the live sandbox (None: unlimited); its processes stay where they are."""
-        if cores is not None and not cores > 0:
-            raise ValueError(f"CpuQuota cores must be > 0 or None, got {cores!r}")
+        cores = checked_cores(cores, "CpuQuota cores")
         if not self._created:
             raise ConfigError(f"cgroup {self.path} is not created; enter the CpuQuota before setting its quota")
         try:

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from engine_fixtures.judge.verdicts import judge_invariant
 from engine_fixtures.cpu_tier.rig import Rig
+from engine_fixtures.judge.verdicts import judge_invariant
 from engine_fixtures.profile import record, store
 from engine_fixtures.profile.diff import differential
 from engine_fixtures.profile.engine import ProfileSettings

@@ -23,10 +23,10 @@ from pathlib import Path
 
 from scipy import stats
 
-from engine_fixtures.isolation import run_registry
-from engine_fixtures.isolation.machine_lock import MachineLock
 from engine_fixtures.cpu_tier.arms import CpuTierArm
 from engine_fixtures.cpu_tier.rig import Rig
+from engine_fixtures.isolation import run_registry
+from engine_fixtures.isolation.machine_lock import MachineLock
 from engine_fixtures.profile import record
 
 

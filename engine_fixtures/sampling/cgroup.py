@@ -10,8 +10,9 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
-from engine_fixtures.errors import ConfigError, MeasurementError, PerfError
+from engine_fixtures.errors import MeasurementError, PerfError
 from engine_fixtures.isolation.cgroups import CpuQuota, CpuStat
+from engine_fixtures.quota import checked_cores
 from engine_fixtures.sampling.base import require_closed
 
 
@@ -27,10 +28,7 @@ class CgroupSampler:
     def __init__(
         self, stat_fn: Callable[[], CpuStat], quota_cores: float | None, name: str = "cgroup"
     ) -> None:
-        if quota_cores is not None and not quota_cores > 0:
-            raise ConfigError(
-                f"CgroupSampler: quota_cores must be > 0 or None (no quota), got {quota_cores!r}"
-            )
+        checked_cores(quota_cores, "CgroupSampler: quota_cores")
         self.name = name
         self.quota_cores = quota_cores
         self._stat_fn = stat_fn

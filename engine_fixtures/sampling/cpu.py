@@ -17,6 +17,7 @@ from types import TracebackType
 import psutil
 
 from engine_fixtures.errors import ConfigError, MeasurementError
+from engine_fixtures.quota import checked_cores
 from engine_fixtures.sampling.base import TickedWindow, Ticker, require_closed
 from engine_fixtures.sampling.series import Counter
 
@@ -74,8 +75,7 @@ class CpuSampler(TickedWindow):
         name: str = "cpu",
         roles_interval_s: float = 1.0,
     ) -> None:
-        if quota_cores is not None and not quota_cores > 0:
-            raise ConfigError(f"CpuSampler: quota_cores must be > 0 or None (no quota), got {quota_cores!r}")
+        checked_cores(quota_cores, "CpuSampler: quota_cores")
         self.name = name
         self.quota_cores = quota_cores
         self.visible_cpus = len(os.sched_getaffinity(0))

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from engine_fixtures.judge.sequential import Budget
-from engine_fixtures.judge.verdicts import Verdict, judge_invariant
 from engine_fixtures.cpu_tier.arms import CpuTierArm
 from engine_fixtures.cpu_tier.driver import After, run_arms
+from engine_fixtures.judge.sequential import Budget
+from engine_fixtures.judge.verdicts import Verdict, judge_invariant
 from engine_fixtures.options import Settings
 from engine_fixtures.scenarios.invariants import Invariant
 from engine_fixtures.store.results import RunResult

@@ -3,14 +3,12 @@
 A test module lists scenarios; ``spec()`` turns one into an ``EngineSpec`` for this machine (model dir, GPUs,
 build), ``workload()`` into the load of its segments, ``key()`` into the stable id its baselines are stored
 under (``engine/transport=cpu/tp=1/pp=1/copy=buffer/quota=4/model=qwen-tiny/c=16``). ``quota="quarter"``
-means a quarter of the visible CPUs (at least one core): 4 of the H200's 16, the setting that reproduced the
-seed's copy regression. Whether GPU utilisation gates is read from the pool (``judge.gating``: where the pooled
-runs show the GPU at least 60 % busy), not declared here.
+is a quarter of the visible CPUs (``quota.declared_cores``). Whether GPU utilisation gates is read from the pool
+(``judge.gating``: where the pooled runs show the GPU at least 60 % busy), not declared here.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,21 +16,7 @@ from engine_fixtures.engine.build import EngineBuild
 from engine_fixtures.engine.spec import SGLANG_LAUNCHER, EngineSpec
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.loadgen.workload import WorkloadSpec
-
-
-def quota_cores(quota: str | float | None) -> float | None:
-    if quota is None:
-        return None
-    if quota == "quarter":
-        return max(1.0, len(os.sched_getaffinity(0)) / 4)
-    try:
-        cores = float(quota)
-    except ValueError:
-        raise ConfigError(f"EngineScenario quota {quota!r}: use None, 'quarter' or a number of cores") from None
-    if not cores > 0:
-        raise ConfigError(f"EngineScenario quota {quota!r} must be > 0 cores")
-    return cores
-
+from engine_fixtures.quota import declared_cores
 
 DEFAULT_IMAGE_PX = 448
 DEFAULT_OUTPUT_TOKENS = 32
@@ -68,7 +52,8 @@ class EngineScenario:
         graph = ("--cuda-graph-max-bs", str(graph_bucket(self.concurrency)))
         return EngineSpec(model=model, mm_feature_transport=self.transport, copy=self.copy if self.transport == "cpu"
                           else "stock", ipc_cache=self.ipc_cache if self.transport == "cuda_ipc" else "stock",
-                          cpu_quota=quota_cores(self.quota), tp=self.tp, pp=self.pp,
+                          cpu_quota=declared_cores(self.quota, f"EngineScenario {self.id} quota"), tp=self.tp,
+                          pp=self.pp,
                           max_running_requests=self.max_running_requests,
                           pp_max_micro_batch_size=self.pp_max_micro_batch_size, gpus=tuple(gpus[: self.gpus]),
                           mem_fraction_static=mem_fraction_static or self.mem_fraction_static, extra_args=graph,

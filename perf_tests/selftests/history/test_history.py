@@ -133,7 +133,8 @@ def test_history_shows_the_change_and_draws_it(history_url: str, tmp_path: Path,
 def test_eight_concurrent_writers_lose_nothing(history_url: str, tmp_path: Path) -> None:
     fresh = history_url  # an empty database: the eight also race to create the schema
     start = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-m", "perf_tests.selftests.history.writer", fresh, str(w), str(RUNS_EACH)],
+    writer = "perf_tests.selftests.history.writer"
+    procs = [subprocess.Popen([sys.executable, "-m", writer, fresh, str(w), str(RUNS_EACH)],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for w in range(WRITERS)]
     outs = [p.communicate(timeout=300) for p in procs]

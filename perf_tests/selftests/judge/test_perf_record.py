@@ -219,7 +219,7 @@ def test_a_strict_gpu_tier_run_fails_on_a_missing_pool_unless_declared_new_or_al
 
 
 def test_require_gpu_stops_a_run_where_nvml_sees_no_gpu(pytester: pytest.Pytester) -> None:
-    from engine_fixtures.marks import require_gpu_problem
+    from engine_fixtures.session.marks import require_gpu_problem
 
     problem = require_gpu_problem(1)
     if problem is None:

@@ -184,7 +184,7 @@ def test_ab_pass_promises_the_declared_size_and_prints_the_interval_otherwise() 
 def test_the_recorder_reads_each_windows_engine_instance_from_the_result() -> None:
     """The contract with the runner: ``metadata["window_instance"]`` names the instance of each window; old
     results without it are one instance."""
-    from engine_fixtures.report.recorder import _instances
+    from engine_fixtures.session.recorder import _instances
     from engine_fixtures.store.results import RunResult
 
     new = RunResult("engine/x", {"c": "1"}, {"requests_per_s": (1.0, 1.1, 1.2, 1.3)},

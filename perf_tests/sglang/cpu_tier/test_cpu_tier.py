@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine_fixtures import marks, sglang_version
-from engine_fixtures.cpu_tier.arms import THREAD_ARMS, CpuTierArm
+from engine_fixtures import SHM_COPY, CpuTierArm, CpuTierScenario, Invariant, known_regression
+from engine_fixtures.cpu_tier.arms import THREAD_ARMS
 from engine_fixtures.cpu_tier.handles import sglang_skip_reason
-from engine_fixtures.scenarios.invariants import Invariant
-from engine_fixtures.scenarios.cpu_tier import CpuTierScenario
 
 QUOTA = 0.5
 
@@ -42,8 +40,8 @@ FAN_OUT = Invariant(
 STOCK = Invariant(
     "stock SGLang >= buffer under quota", "requests_per_s", BUFFER.id, SGLANG.id, 1.0,
     why="SGLang as shipped keeps up with the buffer copy; it does not while its ShmPointerMMData copies with torch")
-SMOKE = CpuTierScenario("mech-smoke", (TORCH, BUFFER, CONTROL, *(() if SGLANG_SKIP else (SGLANG,))), CONTROL,
-                     (FAN_OUT, *(() if SGLANG_SKIP else (STOCK,))), warmup=2, requests=48)
+SMOKE = CpuTierScenario("cpu-tier-smoke", (TORCH, BUFFER, CONTROL, *(() if SGLANG_SKIP else (SGLANG,))), CONTROL,
+                        (FAN_OUT, *(() if SGLANG_SKIP else (STOCK,))), warmup=2, requests=48)
 # 48-request windows: ~3.5 s at quota 0.5 (35 CFS periods); the first window after start ran up to 20 % slow
 
 pytestmark = [pytest.mark.cpu_tier, pytest.mark.cgroup()]
@@ -56,7 +54,7 @@ def smoke(perf_cpu_tier) -> dict:  # type: ignore[no-untyped-def]
 
 @pytest.mark.perf
 @pytest.mark.parametrize("arm", [TORCH, BUFFER, pytest.param(SGLANG, marks=pytest.mark.sglang)], ids=lambda a: a.id)
-def test_mech_arm(arm: CpuTierArm, smoke, perf_record) -> None:  # type: ignore[no-untyped-def]
+def test_cpu_tier_arm(arm: CpuTierArm, smoke, perf_record) -> None:  # type: ignore[no-untyped-def]
     perf_record(smoke[arm.id])
 
 
@@ -67,7 +65,7 @@ def test_buffer_copy_beats_torch_under_quota(smoke, perf_invariant) -> None:  # 
 
 @pytest.mark.perf
 @pytest.mark.sglang
-@marks.known_regression(sglang_version.SHM_COPY, sglang_version.installed())
+@known_regression(SHM_COPY)
 def test_stock_sglang_copy_keeps_up_with_buffer(smoke, perf_invariant) -> None:  # type: ignore[no-untyped-def]
     perf_invariant.check(STOCK)
 
@@ -75,29 +73,23 @@ def test_stock_sglang_copy_keeps_up_with_buffer(smoke, perf_invariant) -> None: 
 def grid_scenario(threads: str, quota: float | None, res: int, c: int) -> CpuTierScenario:
     arms = tuple(CpuTierArm(copy=x, threads=threads, quota=quota, resolution=res, concurrency=c)
                  for x in ("torch", "buffer", "control"))
-    return CpuTierScenario(f"mech-grid-{threads}-{quota}-{res}-{c}", arms, arms[2], (), warmup=1,
+    return CpuTierScenario(f"cpu-tier-grid-{threads}-{quota}-{res}-{c}", arms, arms[2], (), warmup=1,
                         requests=max(48, 2 * c))
 
 
 GRID = [grid_scenario(t, q, r, n) for t in THREAD_ARMS for q in (None, 0.5, 1.0) for r in (512, 1024, 2048)
         for n in (1, 4, 16) if (t, q, r, n) != ("cpus", QUOTA, 1024, 4)]
-PASSIVE = [CpuTierScenario(f"mech-passive-{q}", (CpuTierArm(copy="torch", quota=q, wait_policy="passive"),
+PASSIVE = [CpuTierScenario(f"cpu-tier-passive-{q}", (CpuTierArm(copy="torch", quota=q, wait_policy="passive"),
                                               CpuTierArm(copy="torch", quota=q), CpuTierArm(copy="buffer", quota=q),
                                               CpuTierArm(copy="control", quota=q)), CpuTierArm(copy="control", quota=q))
            for q in (None, 0.5, 1.0)]
-
-
-@pytest.fixture
-def full_scale(perf_settings) -> None:  # type: ignore[no-untyped-def]
-    if perf_settings.scale != "full":
-        pytest.skip("full-grid arm: run with --perf-scale full")
 
 
 @pytest.mark.slow
 @pytest.mark.perf
 @pytest.mark.parametrize("scenario", GRID + PASSIVE, ids=lambda s: s.name)
 @pytest.mark.parametrize("which", ["torch", "buffer"])
-def test_mech_grid(scenario: CpuTierScenario, which: str, full_scale, perf_cpu_tier, perf_record) -> None:  # type: ignore[no-untyped-def]
+def test_cpu_tier_grid(scenario: CpuTierScenario, which: str, perf_cpu_tier, perf_record) -> None:  # type: ignore[no-untyped-def]
     results = perf_cpu_tier(scenario)
     arm = next(a for a in scenario.judged_arms if a.copy == which and a.wait_policy == "default")
     perf_record(results[arm.id])

@@ -13,13 +13,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine_fixtures.errors import ConfigError, MeasurementError, ProcessCrashed
-from engine_fixtures.isolation.leaks import foreign_suite_segment, mapped_semaphores, semaphore_files
-from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.cpu_tier.arms import CpuTierArm, pixel_shape
 from engine_fixtures.cpu_tier.driver import run_arms
 from engine_fixtures.cpu_tier.producer import MECH_PREFIX
 from engine_fixtures.cpu_tier.rig import Rig
+from engine_fixtures.errors import ConfigError, MeasurementError, ProcessCrashed
+from engine_fixtures.isolation.leaks import foreign_suite_segment, mapped_semaphores, semaphore_files
+from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.transport.shm import list_segments
 
 SMALL = CpuTierArm(copy="torch", threads="cpus", quota=0.5, resolution=256, concurrency=2)

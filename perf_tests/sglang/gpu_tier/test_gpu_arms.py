@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import pytest
 
-from engine_fixtures import marks, sglang_version
-from engine_fixtures.engine.handle import EngineHandle
+from engine_fixtures import (
+    IPC_CACHE_OFF,
+    SHM_COPY,
+    CounterBound,
+    EngineHandle,
+    EngineScenario,
+    Invariant,
+    known_regression,
+)
 from engine_fixtures.engine.lint import find_hidden_caps
-from engine_fixtures.scenarios.engine import EngineScenario
-from engine_fixtures.scenarios.invariants import CounterBound, Invariant
 
 Q = "quarter"  # a quarter of the visible CPUs: 4 of the H200's 16, where the seed's copy regression reproduced
 # Declared so that scenarios of one engine launch follow each other: the quota is set on the live engine's cgroup,
@@ -40,7 +45,6 @@ CPU_VS_IPC = Invariant("cpu(buffer) >= 0.8x cuda_ipc(cached)", "requests_per_s",
 STOCK_IPC = CounterBound("stock caches the IPC pool handle", "ipc_opens_per_image", "cuda_ipc-cache=stock", 0.05,
                          why="SGLang as shipped opens the IPC pool handle about once, not once per image")
 
-INSTALLED = sglang_version.installed()
 pytestmark = [pytest.mark.gpu(1), pytest.mark.gpu_tier]
 
 
@@ -50,7 +54,7 @@ def test_engine_arm(scenario: EngineScenario, perf_gpu_tier) -> None:  # type: i
     perf_gpu_tier(scenario)
 
 
-@marks.known_regression(sglang_version.SHM_COPY, INSTALLED)
+@known_regression(SHM_COPY)
 def test_stock_copy_keeps_up_with_buffer_copy_under_quota(perf_invariant) -> None:  # type: ignore[no-untyped-def]
     perf_invariant.check(STOCK_COPY)
 
@@ -59,7 +63,7 @@ def test_cpu_transport_reaches_most_of_cuda_ipc(perf_invariant) -> None:  # type
     perf_invariant.check(CPU_VS_IPC)
 
 
-@marks.known_regression(sglang_version.IPC_CACHE_OFF, INSTALLED)
+@known_regression(IPC_CACHE_OFF)
 def test_stock_ipc_caches_pool_handles(perf_invariant) -> None:  # type: ignore[no-untyped-def]
     perf_invariant.check(STOCK_IPC)
 

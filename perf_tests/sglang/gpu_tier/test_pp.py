@@ -5,7 +5,8 @@ With ``--pp-max-micro-batch-size`` unset SGLang caps each micro-batch at ``max_r
 concurrency C above M // PP: pp with the auto cap (its hidden cap is the point, so the config lint does not stop
 it), pp with an explicit cap of M, and the TP=PP reference of the seed's comparison. The scheduler's running
 requests (``/metrics``, the largest micro-batch any scheduler reports) must reach min(C, M) on the explicit arm;
-on the auto arm that is a strict expected failure while SGLang keeps the rule. A runner with fewer GPUs than PP
+on the auto arm that is a strict expected failure in the releases
+``PP_MICROBATCH_CAP`` names. A runner with fewer GPUs than PP
 skips that depth with the reason; ``--perf-gpus 0,1,...`` names the GPUs.
 """
 
@@ -13,9 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_fixtures.errors import InvariantViolated
-from engine_fixtures.scenarios.engine import EngineScenario
-from engine_fixtures.scenarios.invariants import CounterBound
+from engine_fixtures import PP_MICROBATCH_CAP, CounterBound, EngineScenario, known_regression
 
 DEPTHS = (2, 4, 8)
 M = 16  # max_running_requests
@@ -49,9 +48,7 @@ def test_explicit_micro_batch_cap_admits_the_load(pp: int, perf_invariant) -> No
     perf_invariant.check(admits(pp, f"mb{M}"))
 
 
-@pytest.mark.xfail(strict=True, raises=InvariantViolated,
-                   reason="regression 3: without --pp-max-micro-batch-size SGLang (0.5.16..0.5.23) caps each "
-                   "micro-batch at max_running_requests // pp_size")
+@known_regression(PP_MICROBATCH_CAP)
 @pytest.mark.parametrize("pp", [pytest.param(pp, marks=pytest.mark.gpu(pp), id=f"pp{pp}") for pp in DEPTHS])
 def test_auto_micro_batch_cap_admits_the_load(pp: int, perf_invariant) -> None:  # type: ignore[no-untyped-def]
     perf_invariant.check(admits(pp, "auto"))

@@ -13,7 +13,8 @@ pytest_plugins = ("pytester",)
 
 HEADER = """
 import pytest
-from engine_fixtures import marks, sglang_version
+from engine_fixtures import sglang_version
+from engine_fixtures.session import marks
 from engine_fixtures.errors import InvariantViolated, MeasurementError
 
 def outcome(kind):
@@ -42,6 +43,9 @@ CASES = (
     ("ipc_0516_fixed", "IPC_CACHE_OFF", "0.5.16", "holds", "FAILED"),
     ("ipc_0517_holds", "IPC_CACHE_OFF", "0.5.17", "holds", "PASSED"),
     ("ipc_0520_violated", "IPC_CACHE_OFF", "0.5.20", "violated", "FAILED"),
+    ("pp_0516_violated", "PP_MICROBATCH_CAP", "0.5.16", "violated", "XFAIL"),
+    ("pp_0523_fixed", "PP_MICROBATCH_CAP", "0.5.23", "holds", "FAILED"),
+    ("pp_0524_holds", "PP_MICROBATCH_CAP", "0.5.24", "holds", "PASSED"),
 )
 
 

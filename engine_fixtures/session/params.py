@@ -16,6 +16,7 @@ import pytest
 
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError
+from engine_fixtures.quota import QuotaSetting
 
 
 def spec_from_param(param: object, model: Path, gpus: tuple[int, ...]) -> EngineSpec:
@@ -31,14 +32,11 @@ def spec_from_param(param: object, model: Path, gpus: tuple[int, ...]) -> Engine
     )
 
 
-def apply_quota_setting(spec: EngineSpec, setting: float | str, source: str) -> EngineSpec:
-    """``--perf-cpu-quota``: 'auto' keeps the arm's own quota, a number replaces it, 'none' skips quota arms
-    (a quota arm is never run without its quota and reported as if it had one)."""
-    if setting == "auto":
-        return spec
-    if setting == "none":
-        if spec.cpu_quota is not None:
-            pytest.skip(f"this arm measures under a {spec.cpu_quota:g}-core CPU quota, and quotas are disabled "
-                        f"(--perf-cpu-quota none from {source}); drop that option to run it")
-        return spec
-    return spec.with_(cpu_quota=float(setting))
+def apply_quota_setting(spec: EngineSpec, setting: QuotaSetting, source: str) -> EngineSpec:
+    """``--perf-cpu-quota`` (``quota.QuotaSetting``) on an engine's spec; a quota arm that the setting disables
+    skips (it is never run without its quota and reported as if it had one)."""
+    reason = setting.skip_reason(spec.cpu_quota, source)
+    if reason is not None:
+        pytest.skip(reason)
+    cores = setting.applied(spec.cpu_quota)
+    return spec if cores == spec.cpu_quota else spec.with_(cpu_quota=cores)

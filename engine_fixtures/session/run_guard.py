@@ -2,7 +2,7 @@
 
 Wiring (plugin.py, in ``pytest_configure`` after the settings are stashed)::
 
-    from engine_fixtures.report.run_guard import install_run_guard
+    from engine_fixtures.session.run_guard import install_run_guard
     install_run_guard(config)
 
 ``install_run_guard`` (not on xdist workers, which belong to their controller's run):
@@ -21,13 +21,14 @@ from typing import Any
 
 import pytest
 
-from engine_fixtures import marks
 from engine_fixtures.engine.factory import ENGINE_SHM_PREFIXES
 from engine_fixtures.errors import MachineBusy
 from engine_fixtures.isolation import owner, run_registry
 from engine_fixtures.isolation.machine_lock import Holder, MachineLock
 from engine_fixtures.isolation.sweep import SweepReport, sweep
-from engine_fixtures.options import SETTINGS_KEY, Settings
+from engine_fixtures.options import Settings
+from engine_fixtures.session import marks
+from engine_fixtures.session.settings import SETTINGS_KEY
 
 
 class RunGuard:

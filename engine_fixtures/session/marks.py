@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from engine_fixtures.quota import QuotaSetting
+
 MARKERS: dict[str, str] = {
     "gpu(count=1)": "needs COUNT NVIDIA GPUs visible through NVML; skipped with the reason otherwise.",
     "gpu_tier": "a GPU-tier test: starts the real SGLang engine; skipped when SGLang or a GPU is missing.",
@@ -14,7 +16,8 @@ MARKERS: dict[str, str] = {
     "a GPU-tier scenario that has no pool yet (strict runs otherwise fail on a missing pool).",
     "cpu_tier": "a CPU-tier test: SGLang's SHM copy path measured between real processes through real /dev/shm under "
     "a real cgroup quota.",
-    "slow": "takes minutes; the 'unit' tox env deselects it unless --perf-scale full.",
+    "slow": "takes minutes; the 'unit' tox env deselects it, and a measured one (perf, cpu_tier, gpu_tier) runs "
+    "only with --perf-scale full (skipped with that reason otherwise).",
     "sglang": "uses SGLang's own classes (ShmPointerMMData): skipped when SGLang is not importable here, an error "
     "when the installed release moved them (a layout this suite does not know), so nothing is measured in the "
     "wrong place; --perf-require-sglang VERSION makes the skip an error too.",
@@ -39,6 +42,13 @@ MARKER_KWARGS: dict[str, frozenset[str]] = {
 
 def is_measured(item: pytest.Item) -> bool:
     return any(item.get_closest_marker(m) is not None for m in MEASURED)
+
+
+def scale_skip_reason(item: pytest.Item, scale: str) -> str | None:
+    """A slow measured case (the full grid, the large copies) runs at ``--perf-scale full`` only."""
+    if scale != "full" and item.get_closest_marker("slow") is not None and is_measured(item):
+        return "a slow measured case (full scale): run it with --perf-scale full"
+    return None
 
 
 def marker_errors(item: pytest.Item) -> list[str]:
@@ -127,19 +137,20 @@ def require_gpu_problem(count: int) -> str | None:
             "fix NVML/the driver (nvidia-smi must list the GPUs) or SGLang, or drop --perf-require-gpu")
 
 
-def cpu_quota_refusal(quota_setting: object, source: str) -> str | None:
+def cpu_quota_refusal(quota_setting: QuotaSetting, source: str) -> str | None:
     """``--perf-cpu-quota CORES`` on the CPU tier: its arms run under their own declared quotas, so a number is
     refused (``none`` is honoured: quota arms skip; ``auto`` is what they do)."""
-    if not isinstance(quota_setting, float):
+    if quota_setting.mode != "cores":
         return None
-    return (f"--perf-cpu-quota {quota_setting:g} (from {source}) sets the engine's quota on the GPU tier; the CPU "
-            "tier's mechanism arms run under the quotas their scenarios declare (e.g. 0.5 core) and would silently "
-            "ignore it. Drop it for perf_tests/sglang/cpu_tier (or use 'none' to skip the quota arms), or run the GPU tier")
+    return (f"--perf-cpu-quota {quota_setting} (from {source}) sets the engine's quota on the GPU tier; the CPU "
+            "tier's arms run under the quotas their scenarios declare (e.g. 0.5 core) and would silently "
+            "ignore it. Drop it for perf_tests/sglang/cpu_tier (or use 'none' to skip the quota arms), or run the GPU "
+            "tier")
 
 
-def cgroup_skip_reason(quota_setting: object, source: str) -> str | None:
+def cgroup_skip_reason(quota_setting: QuotaSetting, source: str) -> str | None:
     """Why a CPU quota cannot be applied, or None."""
-    if quota_setting == "none":
+    if quota_setting.mode == "none":
         return (f"CPU quotas are disabled (--perf-cpu-quota none from {source}); this test measures under a "
                 "quota and is never run without one")
     from engine_fixtures.isolation.cgroups import probe_quota_support
@@ -147,7 +158,10 @@ def cgroup_skip_reason(quota_setting: object, source: str) -> str | None:
     return probe_quota_support()
 
 
-def known_regression(regression: object, installed: str | None) -> pytest.MarkDecorator:
+_DETECT = "detect"  # read the installed release
+
+
+def known_regression(regression: object, installed: str | None = _DETECT) -> pytest.MarkDecorator:
     """A strict xfail for a test whose invariant a known upstream regression breaks in the installed release.
 
     ``regression`` is a ``sglang_version.KnownRegression``. Where the release is in its range the test must
@@ -159,6 +173,7 @@ def known_regression(regression: object, installed: str | None) -> pytest.MarkDe
     from engine_fixtures.errors import InvariantViolated
 
     reg: sglang_version.KnownRegression = regression  # type: ignore[assignment]
+    installed = sglang_version.installed() if installed == _DETECT else installed
     version = sglang_version.parse(installed)
     return pytest.mark.xfail(
         reg.affects(version), strict=True, raises=InvariantViolated,

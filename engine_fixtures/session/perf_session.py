@@ -2,7 +2,7 @@
 
 Wiring (plugin.py, at the end of ``pytest_configure``)::
 
-    from engine_fixtures.report.session import install_session
+    from engine_fixtures.session.perf_session import install_session
     install_session(config, machine_key=info.key, machine=info.as_dict())
 
 ``install_session`` stashes the session under ``SESSION_KEY`` and registers it as a plugin object,
@@ -29,9 +29,10 @@ import pytest
 
 from engine_fixtures.errors import ConfigError, PerfError
 from engine_fixtures.judge.verdicts import Verdict
-from engine_fixtures.options import SETTINGS_KEY, Settings
+from engine_fixtures.options import Settings
 from engine_fixtures.profile.report import ProfileBook
 from engine_fixtures.report.table import Row, markdown, rows_for, terminal_table
+from engine_fixtures.session.settings import SETTINGS_KEY
 from engine_fixtures.store.baselines import UPDATE_HINT, BaselineStore
 from engine_fixtures.store.files import atomic_write_text
 from engine_fixtures.store.results import ResultsFile, RunResult
@@ -64,7 +65,8 @@ class PerfSession:
         self.update_lines: list[str] = []
         self.errors: list[str] = []
         self.findings: list[str] = []  # facts about the system under test worth a reader's eye (not verdicts)
-        self.reference = ""  # the build an A/B run compared against (set by the A/B runner)
+        # The build A/B runs compare against, from the settings: its results are never pooled as baselines.
+        self.reference = settings.reference.label if settings.reference is not None else ""
         self.run_token = uuid.uuid4().hex[:8]  # two runs in one second are still two runs
         self.history_note = ""
         self.profiles = ProfileBook()  # differential profiles (--perf-profile), taken after the verdicts
@@ -234,6 +236,6 @@ def get_session(config: pytest.Config) -> PerfSession:
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
         raise ConfigError("the perf session is not installed: engine_fixtures/plugin.py must call "
-                          "engine_fixtures.report.session.install_session(config, machine_key) in "
+                          "engine_fixtures.session.perf_session.install_session(config, machine_key) in "
                           "pytest_configure")
     return session

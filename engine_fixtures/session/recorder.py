@@ -34,9 +34,9 @@ from engine_fixtures.errors import (
 from engine_fixtures.judge.decide import ALPHA
 from engine_fixtures.judge.verdicts import Verdict, diagnostic, judge_invariant, judge_result
 from engine_fixtures.options import resolve
-from engine_fixtures.report.sections import add_on_failure
-from engine_fixtures.report.session import PerfSession
 from engine_fixtures.report.table import rows_for, terminal_table
+from engine_fixtures.session.perf_session import PerfSession
+from engine_fixtures.session.sections import add_on_failure
 from engine_fixtures.store.baselines import UPDATE_HINT, Baseline, MissingBaseline
 from engine_fixtures.store.results import RunResult
 

@@ -24,21 +24,21 @@ from pathlib import Path
 
 import pytest
 
-from engine_fixtures.engine.build import parse_reference
+from engine_fixtures.engine.build import EngineBuild
 from engine_fixtures.engine.factory import EngineFactory
 from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.engine.lint import check_caps
-from engine_fixtures.engine.params import apply_quota_setting
 from engine_fixtures.engine.proof import assert_arm
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.profile.engine import ProfileSettings, explain_ab, explain_history
-from engine_fixtures.report import sections
-from engine_fixtures.report.recorder import PerfRecorder, conclude
 from engine_fixtures.scenarios.engine import EngineScenario
-from engine_fixtures.scenarios.registry import ScenarioResults
 from engine_fixtures.scenarios.runs import SessionLoad, measure_ab, measure_history
 from engine_fixtures.scenarios.timeline import Timeline
+from engine_fixtures.session import sections
+from engine_fixtures.session.params import apply_quota_setting
+from engine_fixtures.session.recorder import PerfRecorder, conclude
+from engine_fixtures.session.registry import ScenarioResults
 
 AB_MEM_FRACTION = 0.3  # two engines share one GPU during an A/B comparison
 
@@ -58,8 +58,7 @@ class EngineScenarioRunner:
     def settings(self):  # type: ignore[no-untyped-def]
         return self.session.settings
 
-    def spec(self, scenario: EngineScenario, build_text: str | None = None, mem: float | None = None) -> EngineSpec:
-        build = parse_reference(build_text) if build_text else None
+    def spec(self, scenario: EngineScenario, build: EngineBuild, mem: float | None = None) -> EngineSpec:
         spec = scenario.spec(self.model, self.settings.gpus, build, mem, cpus=self.load.split.engine)
         return apply_quota_setting(spec, self.settings.cpu_quota, self.settings.sources["cpu_quota"])
 
@@ -82,7 +81,7 @@ class EngineScenarioRunner:
 
     def __call__(self, scenario: EngineScenario) -> list[Verdict]:
         __tracebackhide__ = True
-        if self.settings.reference:
+        if self.settings.reference is not None:
             return self.ab(scenario)
         timeline = Timeline()
         self.load.stream.prepare(scenario.workload())  # the client encodes the images while the engine starts
@@ -118,8 +117,6 @@ class EngineScenarioRunner:
         __tracebackhide__ = True
         ref_spec = self.spec(scenario, self.settings.reference, AB_MEM_FRACTION)
         cand_spec = self.spec(scenario, self.settings.candidate, AB_MEM_FRACTION)
-        live = self.factory.max_live
-        self.factory.max_live = max(live, 2)
         timeline = Timeline()
         self.load.stream.prepare(scenario.workload())
         started: list[EngineSpec] = []
@@ -147,23 +144,19 @@ class EngineScenarioRunner:
             by_name = {e.spec.name: e for e in engines}
             return by_name[f"{cand_spec.name}-cand{i}"], by_name[f"{ref_spec.name}-ref{i}"]
 
-        try:
-            outcome = measure_ab(pair, scenario, self.settings, self.load.windows, timeline,
-                                 instances=self.settings.ab_instances)
-            cand, ref = (self.factory.get(s) for s in sorted(started, key=lambda s: "-ref" in s.name))
-            where = explain_ab(self.session.profiles, [outcome.candidate.scenario],
-                               [v.status for v in outcome.verdicts], self._profile_settings(cand),
-                               candidate=(cand.pids(), self._drive(cand, scenario)),
-                               reference=(ref.pids(), self._drive(ref, scenario)))
-            release_pair()
-        finally:
-            self.factory.max_live = live
+        outcome = measure_ab(pair, scenario, self.settings, self.load.windows, timeline,
+                             instances=self.settings.ab_instances)
+        cand, ref = (self.factory.get(s) for s in sorted(started, key=lambda s: "-ref" in s.name))
+        where = explain_ab(self.session.profiles, [outcome.candidate.scenario],
+                           [v.status for v in outcome.verdicts], self._profile_settings(cand),
+                           candidate=(cand.pids(), self._drive(cand, scenario)),
+                           reference=(ref.pids(), self._drive(ref, scenario)))
+        release_pair()
         self._timeline(scenario, timeline)
-        self.session.reference = self.settings.reference or ""
         self.results.put(scenario.id, outcome.candidate)
         self.session.record(self.request.node.nodeid, outcome.candidate, outcome.verdicts, None)
-        self.session.record_diagnostic(outcome.reference, f"the A/B reference build {self.settings.reference}")
+        self.session.record_diagnostic(outcome.reference, f"the A/B reference build {self.settings.reference.label}")
         self.recorder.sections_for(outcome.candidate.scenario, outcome.candidate.arm, outcome.verdicts,
-                                   f"A/B: {self.settings.candidate} vs reference {self.settings.reference}")
+                                   f"A/B: {self.settings.candidate.label} vs reference {self.settings.reference.label}")
         conclude(outcome.candidate.scenario, outcome.verdicts, self.settings.strict, profile=where)
         return list(outcome.verdicts)
