@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -19,7 +18,9 @@ from typing import Any
 from engine_fixtures.engine.build import EngineBuild, parse_reference
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.inject import Injection, parse_injection
+from engine_fixtures.judge.sequential import DEFAULT_MAX_REPEATS, DEFAULT_REPEATS
 from engine_fixtures.quota import QuotaSetting
+from engine_fixtures.redact import mask_password
 
 Parser = Callable[[str], Any]
 
@@ -151,9 +152,9 @@ OPTIONS: tuple[Option, ...] = (
            "improvement (the baseline no longer describes the build). Default: yes when CI is set.",
            parse_bool, None, "yes|no"),
     Option("repeats", "Measured windows (rounds, blocks) per scenario before the first verdict; warmup is extra.",
-           parse_positive_int, 5, "N"),
+           parse_positive_int, DEFAULT_REPEATS, "N"),
     Option("max_repeats", "Budget: while a verdict is inconclusive the runner measures more windows, up to this "
-           "many (at least --perf-repeats).", parse_positive_int, 15, "N"),
+           "many (at least --perf-repeats).", parse_positive_int, DEFAULT_MAX_REPEATS, "N"),
     Option("floor", "Override every judged metric's declared floor (the smallest change ever flagged), e.g. 5 or "
            "5%%. The tolerance itself comes from the noise measured in the pooled baseline.", parse_percent, None,
            "PCT"),
@@ -254,11 +255,6 @@ def display(value: Any) -> str:
     return mask_password(repr(value))
 
 
-def mask_password(text: str) -> str:
-    """``scheme://user:PASSWORD@host`` -> ``scheme://user:***@host`` (a history URL comes from a secret)."""
-    return re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", text)
-
-
 def _parse(opt: Option, raw: Any, where: str) -> Any:
     if not isinstance(raw, str):
         return raw
@@ -305,8 +301,8 @@ class Settings:
     update_baselines: bool = False
     accept: str | None = None
     strict: bool | None = None
-    repeats: int = 5
-    max_repeats: int = 15
+    repeats: int = DEFAULT_REPEATS
+    max_repeats: int = DEFAULT_MAX_REPEATS
     floor: float | None = None
     reference: EngineBuild | None = None  # parsed at start-up: a typo stops the run before any engine starts
     candidate: EngineBuild = EngineBuild()  # noqa: RUF009 (frozen: one shared instance is safe)

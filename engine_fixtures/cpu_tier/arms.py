@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from engine_fixtures.cpu_tier.handles import CPU_TIER_ARMS
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.quota import checked_cores, quota_text
+from engine_fixtures.transport.arms import ARMS, CONTROL_ARM, COPY_ARMS, TransportArm
 
 PATCH = 14
 GRID = 28
@@ -34,6 +34,15 @@ def pixel_shape(resolution: int) -> tuple[int, int]:
 
 def visible_cpus() -> int:
     return len(os.sched_getaffinity(0))
+
+
+SGLANG_ARM = "sglang"  # SGLang's own ShmPointerMMData as the installed release ships it
+CPU_TIER_ARMS: tuple[str, ...] = (*COPY_ARMS, CONTROL_ARM, SGLANG_ARM)
+
+
+def transport_arm(copy: str) -> TransportArm:
+    """The registry's arm (``transport.arms``) of a CPU-tier copy arm: ``sglang`` as shipped, else an SHM copy."""
+    return ARMS[SGLANG_ARM if copy == SGLANG_ARM else f"shm-{copy}"]
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from multiprocessing.connection import Listener
 
 import torch
 
-from engine_fixtures.cpu_tier import handles
 from engine_fixtures.cpu_tier.arms import AUTHKEY_ENV
+from engine_fixtures.transport import handles
 
 
 def serve(address: str, authkey: bytes) -> None:
@@ -29,10 +29,10 @@ def serve(address: str, authkey: bytes) -> None:
                     return
                 handle = pickle.loads(payload)
                 try:
-                    handle.materialize()
+                    handles.materialize(handle)
                     conn.send((rid, None))
                 except Exception as exc:
-                    handles.discard(handle)
+                    handles.release(handle)
                     conn.send((rid, f"{type(exc).__name__}: {exc}"))
 
 

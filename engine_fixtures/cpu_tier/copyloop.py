@@ -23,7 +23,8 @@ import torch
 from engine_fixtures.errors import MeasurementError, ProcessCrashed
 from engine_fixtures.isolation.cgroups import CpuQuota
 from engine_fixtures.isolation.process import CHILD_PASSTHROUGH, LaunchSpec, Supervised, curated_env
-from engine_fixtures.transport.shm import COPY_ARMS, ShmTensor, sweep_stale
+from engine_fixtures.transport.arms import COPY_ARMS
+from engine_fixtures.transport.shm import ShmTensor, sweep_stale
 
 MB = 1_000_000
 PREFIX = "perf_mbench_"

@@ -28,7 +28,6 @@ from contextlib import ExitStack
 from statistics import median
 
 from engine_fixtures.cpu_tier.arms import CpuTierArm, pixel_shape, visible_cpus
-from engine_fixtures.cpu_tier.handles import SGLANG_PREFIX
 from engine_fixtures.cpu_tier.producer import MECH_PREFIX
 from engine_fixtures.cpu_tier.rig import Rig
 from engine_fixtures.errors import ConfigError, LeakError
@@ -38,6 +37,7 @@ from engine_fixtures.isolation.leaks import Leaks, LeakSnapshot, semaphore_files
 from engine_fixtures.judge.metrics import REL_PREFIX
 from engine_fixtures.judge.sequential import Budget, measure_until_decided
 from engine_fixtures.store.results import RunResult
+from engine_fixtures.transport.arms import SGLANG_PREFIX
 
 CGROUP_NAME = f"mech-{os.getpid()}"  # cgroups perf-mech-<pid>-<uuid>: this process's own
 REL_METRICS = ("requests_per_s", "latency_p50_ms")

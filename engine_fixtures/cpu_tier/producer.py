@@ -37,9 +37,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from engine_fixtures.cpu_tier import handles
-from engine_fixtures.cpu_tier.arms import AUTHKEY_ENV, pixel_shape
+from engine_fixtures.cpu_tier.arms import AUTHKEY_ENV, pixel_shape, transport_arm
 from engine_fixtures.inject import spin
+from engine_fixtures.transport import handles
 
 MECH_PREFIX = "perf_mech_"
 
@@ -105,7 +105,7 @@ class Producer:
             self.closed = f"consumer connection closed ({type(exc).__name__})"
             asyncio.get_running_loop().remove_reader(self.conn.fileno())
         for fut, handle in self.pending.values():
-            handles.discard(handle)
+            handles.release(handle)
             fut.set_result(self.closed)
         self.pending.clear()
 
@@ -120,7 +120,7 @@ class Producer:
         flat[:n] = pixels[:n]
         spin(self.spin_ms)
         t1 = time.perf_counter()
-        handle = handles.create(self.tensors[k], self.copy, MECH_PREFIX)
+        handle = handles.create(transport_arm(self.copy), self.tensors[k], MECH_PREFIX)
         self.stage_ms.append(((t1 - t0) * 1000.0, (time.perf_counter() - t1) * 1000.0))
         rid = next(self.ids)
         fut = asyncio.get_running_loop().create_future()

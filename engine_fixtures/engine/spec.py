@@ -26,11 +26,12 @@ from engine_fixtures import sglang_version
 from engine_fixtures.engine.build import EngineBuild
 from engine_fixtures.errors import ConfigError, QuotaError
 from engine_fixtures.quota import checked_cores, quota_text
+from engine_fixtures.transport.arms import ENGINE_COPY_ARMS
 
 TRANSPORTS = ("cpu", "cuda_ipc")
 # "stock" leaves SGLang's own behaviour alone (no copy patch; SGLANG_USE_IPC_POOL_HANDLE_CACHE unset), so a
 # release is judged as shipped; "torch"/"buffer" and "on"/"off" force one implementation for A/B arms.
-COPY_ARMS = ("stock", "torch", "buffer")
+COPY_ARMS = ENGINE_COPY_ARMS
 IPC_CACHE_ARMS = ("stock", "on", "off")
 SGLANG_LAUNCHER = ("-m", "sglang.launch_server")
 

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.judge.decide import ALPHA
 
+DEFAULT_REPEATS = 5  # windows (rounds, blocks) before the first look (--perf-repeats)
+DEFAULT_MAX_REPEATS = 15  # the budget while a verdict is undecided (--perf-max-repeats)
+
 
 @dataclass(frozen=True)
 class Budget:

@@ -78,7 +78,7 @@ def gpu_tier_skip_reason() -> str | None:
 
     if importlib.util.find_spec("sglang") is None:
         return ("SGLang is not installed in this environment; install the GPU tier with "
-                "`pip install -e '.[engine]'` (or run `tox -e perf-gpu`) on a machine with an NVIDIA GPU")
+                "`pip install -e '.[gpu]'` (or run `tox -e perf-gpu`) on a machine with an NVIDIA GPU")
     return None
 
 

@@ -35,8 +35,7 @@ from engine_fixtures.judge.gating import arm_of, gating
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.noise import MIN_RUNS, NoiseModel
 from engine_fixtures.judge.rows import worse_change
-from engine_fixtures.judge.sequential import Budget
-from engine_fixtures.options import OPTIONS_BY_NAME
+from engine_fixtures.judge.sequential import DEFAULT_MAX_REPEATS, DEFAULT_REPEATS, Budget
 from engine_fixtures.store.files import atomic_write_text, dumps, file_name_of, scenario_of
 from engine_fixtures.store.results import ResultsFile, RunResult
 
@@ -50,7 +49,7 @@ UPDATE_HINT = (f"`perf-baseline update --from-runs {POOL_RUNS}` (pools this mach
 def default_gate_alpha(family: int) -> float:
     """The per-cell alpha the gate uses at the default budget (``--perf-repeats``/``--perf-max-repeats``
     defaults: alpha / looks) for a scenario with ``family`` gating metrics: what published promises use."""
-    n, most = OPTIONS_BY_NAME["repeats"].default, OPTIONS_BY_NAME["max_repeats"].default
+    n, most = DEFAULT_REPEATS, DEFAULT_MAX_REPEATS
     return gate_alpha(Budget(n, n, max(n, most)).alpha_per_look(), max(1, family))
 
 Samples = Mapping[str, tuple[float, ...]]

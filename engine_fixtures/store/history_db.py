@@ -29,7 +29,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from engine_fixtures.errors import PerfError
-from engine_fixtures.options import mask_password
+from engine_fixtures.redact import mask_password
 from engine_fixtures.store.history_schema import SCHEMA_REVISION
 
 OPTION = "--perf-history-url (PERF_HISTORY_URL)"

@@ -68,6 +68,6 @@ def sglang_proxy_class() -> tuple[type | None, str]:
             return cls, name
         reasons.append(f"{name} has no CudaIpcTensorTransportProxy")
     return None, ("SGLang's CUDA IPC proxy is not importable (" + "; ".join(reasons)
-                  + "); install the engine extra: pip install 'sglang-perf-suite[engine]'"
+                  + "); install the GPU tier's extra: pip install 'sglang-perf-suite[gpu]'"
                   + ("" if sglang_version.installed() is None else "; " + sglang_version.unsupported(
                       "the proxy is in none of the modules this suite knows", sglang_version.installed())))

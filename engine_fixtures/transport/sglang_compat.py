@@ -92,7 +92,7 @@ def find_shm_class() -> ShmClassLookup:
                                   version, None, moved=True)
         return ShmClassLookup(None, f"cannot import {MODULE} (sglang {version or 'not installed'}): "
                               f"{type(exc).__name__}: {exc}; install SGLang {TESTED_VERSIONS[0]}.."
-                              f"{TESTED_VERSIONS[-1]} (GPU runner: pip install 'sglang-perf-suite[engine]'; CPU "
+                              f"{TESTED_VERSIONS[-1]} (GPU runner: pip install 'sglang-perf-suite[gpu]'; CPU "
                               "box: tox -e sglang0523-cpu, or torch 2.14.1 and pip install --no-deps sglang plus "
                               "the exact set in constraints/sglang-cpu-<version>.txt)", version, None)
     cls = getattr(module, CLASS_NAME, None)

@@ -7,7 +7,8 @@ Contract:
 - Exactly one side releases the segment: the receiver's ``.materialize()`` (clone, close, unlink) or
   ``.discard()`` (unlink unread, for a consumer or producer that fails). A failure inside ``create``
   unlinks before re-raising.
-- Copy arms (``COPY_ARMS``): ``torch`` = ``torch.frombuffer(buf, uint8).copy_(bytes)`` (intra-op
+- Copy arms (``COPY_ARMS``, named in ``transport.arms``):
+  ``torch`` = ``torch.frombuffer(buf, uint8).copy_(bytes)`` (intra-op
   parallel, SGLang's line); ``buffer`` = ``buf[:n] = bytes.numpy()`` (one memcpy on the calling thread).
   ``control`` (``CONTROL_ARM``, not one of SGLang's arms) is the suite's frozen yardstick: one
   ``ctypes.memmove`` on the calling thread, touched by neither arm's code, so the mechanism benchmark can
@@ -39,10 +40,8 @@ import psutil
 import torch
 
 from engine_fixtures.errors import ConfigError
+from engine_fixtures.transport.arms import CONTROL_ARM, SEGMENT_PREFIX
 
-COPY_ARMS: tuple[str, ...] = ("torch", "buffer")
-CONTROL_ARM = "control"
-SEGMENT_PREFIX = "perf_shm_"
 SHM_DIR = Path("/dev/shm")
 _NAME_RE = re.compile(r"^(?P<prefix>.+?)_(?P<pid>\d+)_[0-9a-f]{8}$")
 

@@ -18,7 +18,8 @@ import torch
 
 from engine_fixtures.cpu_tier.copyloop import MB, measure_under_quota
 from engine_fixtures.isolation.leaks import foreign_suite_segment
-from engine_fixtures.transport.shm import COPY_ARMS, ShmTensor, list_segments, sweep_stale
+from engine_fixtures.transport.arms import COPY_ARMS
+from engine_fixtures.transport.shm import ShmTensor, list_segments, sweep_stale
 
 PREFIX = "perf_mbench_"
 CPUS = len(os.sched_getaffinity(0))

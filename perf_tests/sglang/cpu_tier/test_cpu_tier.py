@@ -16,8 +16,8 @@ from __future__ import annotations
 import pytest
 
 from engine_fixtures import SHM_COPY, CpuTierArm, CpuTierScenario, Invariant, known_regression
-from engine_fixtures.cpu_tier.arms import THREAD_ARMS
-from engine_fixtures.cpu_tier.handles import sglang_skip_reason
+from engine_fixtures.cpu_tier.arms import THREAD_ARMS, transport_arm
+from engine_fixtures.transport.handles import skip_reason
 
 QUOTA = 0.5
 
@@ -27,7 +27,7 @@ def quota_arm(copy: str, **kw: object) -> CpuTierArm:
 
 
 TORCH, BUFFER, CONTROL, SGLANG = (quota_arm(c) for c in ("torch", "buffer", "control", "sglang"))
-SGLANG_SKIP = sglang_skip_reason()
+SGLANG_SKIP = skip_reason(transport_arm("sglang"))
 # Bounds from measured noise, not a guess. On 2-core Intel boxes (2026-11-30, 10 runs: CI and this suite's own
 # runs) buffer/torch was 1.09-1.26x and stock SGLang/buffer 0.74-0.86x, while one round's paired ratio scatters
 # ~11 %, so 15 rounds leave a +-9 % interval at alpha/looks. 1.05x and 0.95x were undecided in about one run in

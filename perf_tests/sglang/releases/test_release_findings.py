@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from engine_fixtures import sglang_version
+from engine_fixtures.transport.arms import SGLANG_PREFIX
 from engine_fixtures.transport.shm import list_segments
 
 pytestmark = pytest.mark.sglang
-SGLANG_PREFIX = "sgl_shm_mm_"
 
 FINDINGS = {
     # SharedMemory(size=0) raises ValueError, which the OSError fallback does not catch: the request fails

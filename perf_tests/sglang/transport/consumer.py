@@ -16,6 +16,8 @@ from multiprocessing.connection import Connection, wait
 
 import torch
 
+from engine_fixtures.transport import handles
+
 
 @dataclass(frozen=True)
 class Digest:
@@ -36,33 +38,17 @@ def digest_of(tensor: torch.Tensor) -> Digest:
                   str(tensor.device))
 
 
-def _materialize(obj: object) -> torch.Tensor:
-    if isinstance(obj, torch.Tensor):  # CUDA IPC: the rebuilt tensor is a view of the producer's memory
-        from engine_fixtures.transport.cuda_ipc import receive
-
-        return receive(pickle.dumps(obj))
-    return obj.materialize()  # ShmTensor or SGLang's ShmPointerMMData
-
-
-def _release(obj: object) -> None:
-    discard = getattr(obj, "discard", None)
-    if discard is not None:
-        discard()
-    elif hasattr(obj, "materialize"):  # SGLang's class has no discard: materialize unlinks
-        obj.materialize()
-
-
 def _handle(op: str, payload: bytes) -> tuple[str, object]:
     obj = None
     try:
         obj = pickle.loads(payload)
         if op == "fail":
             raise RuntimeError("injected consumer failure before materialize")
-        return "ok", digest_of(_materialize(obj))
+        return "ok", digest_of(handles.materialize(obj))
     except Exception as exc:
         if obj is not None:
             try:
-                _release(obj)
+                handles.release(obj)
             except Exception as rel:
                 return "error", f"{type(exc).__name__}: {exc}; release failed too: {rel!r}"
         return "error", f"{type(exc).__name__}: {exc}"

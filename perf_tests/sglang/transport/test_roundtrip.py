@@ -9,16 +9,21 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from engine_fixtures.transport import cuda_ipc
+from engine_fixtures.transport import cuda_ipc, handles
+from engine_fixtures.transport.arms import ARMS, TransportArm
 from engine_fixtures.transport.shm import list_segments
 from perf_tests.sglang.transport.consumer import Digest
 from perf_tests.sglang.transport.strategies import Case, cases, large_cases
-from perf_tests.sglang.transport.transports import TRANSPORTS, Transport
 
-pytestmark = pytest.mark.parametrize("transport", [t.param() for t in TRANSPORTS])
+# The registry's arms (transport.arms), SGLang's own class under both copy arms among them; its arms carry the
+# 'sglang' marker (skipped where SGLang is absent, an error where its layout moved).
+PROPERTY_ARMS = ("shm-torch", "shm-buffer", "shm-control", "sglang-torch", "sglang-buffer", "cuda_ipc")
+pytestmark = pytest.mark.parametrize("transport", [
+    pytest.param(ARMS[a], id=a, marks=[pytest.mark.sglang] if ARMS[a].kind == "sglang" else [])
+    for a in PROPERTY_ARMS])
 
 
-def sglang_known_failure(transport: Transport, case: Case) -> str | None:
+def sglang_known_failure(transport: TransportArm, case: Case) -> str | None:
     """Inputs SGLang's ShmPointerMMData rejects: findings recorded on 0.5.16, 0.5.20 and 0.5.23 (the CPU-tier
     envs run them against each release's own class), checked strictly: a release that accepts one fails here."""
     if not transport.id.startswith("sglang"):
@@ -35,21 +40,21 @@ def sglang_known_failure(transport: Transport, case: Case) -> str | None:
     return None
 
 
-def segments(transport: Transport) -> frozenset[str]:
+def segments(transport: TransportArm) -> frozenset[str]:
     return frozenset().union(*(list_segments(p) for p in transport.prefixes))
 
 
-def check_roundtrip(consumer, transport: Transport, case: Case) -> None:
-    if (reason := transport.skip()) is not None:
+def check_roundtrip(consumer, transport: TransportArm, case: Case) -> None:
+    if (reason := handles.skip_reason(transport)) is not None:
         pytest.skip(reason)
     before = segments(transport)
     tensor = case.tensor()
     if (known := sglang_known_failure(transport, case)) is not None:
         with pytest.raises((RuntimeError, ValueError)):
-            transport.produce(tensor)
+            handles.produce(transport, tensor)
         assert segments(transport) == before, f"segment leaked after a failed create ({known})"
         return
-    keepalive, payload = transport.produce(tensor)
+    keepalive, payload = handles.produce(transport, tensor)
     status, reply = consumer.request("materialize", payload)
     if transport.id == "cuda_ipc" and case.dtype in cuda_ipc.TORCH_REDUCTION_BROKEN_DTYPES:
         # Recorded finding (see cuda_ipc.TORCH_REDUCTION_BROKEN_DTYPES); strict: a torch that fixes it fails here.
@@ -69,26 +74,26 @@ def check_roundtrip(consumer, transport: Transport, case: Case) -> None:
 
 
 @given(case=cases())
-def test_roundtrip_is_bitwise(consumer, transport: Transport, case: Case) -> None:
+def test_roundtrip_is_bitwise(consumer, transport: TransportArm, case: Case) -> None:
     check_roundtrip(consumer, transport, case)
 
 
 @settings(max_examples=3, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(case=large_cases())
-def test_large_roundtrip_is_bitwise(consumer, transport: Transport, case: Case) -> None:
+def test_large_roundtrip_is_bitwise(consumer, transport: TransportArm, case: Case) -> None:
     check_roundtrip(consumer, transport, case)
 
 
 @given(case=cases())
-def test_consumer_failure_releases_segment(consumer, transport: Transport, case: Case) -> None:
-    if (reason := transport.skip()) is not None:
+def test_consumer_failure_releases_segment(consumer, transport: TransportArm, case: Case) -> None:
+    if (reason := handles.skip_reason(transport)) is not None:
         pytest.skip(reason)
     if transport.id == "cuda_ipc":
         pytest.skip("CUDA IPC creates no /dev/shm segment to leak")
     if sglang_known_failure(transport, case) is not None:
         return  # SGLang rejects this input at create time; test_roundtrip_is_bitwise checks that path
     before = segments(transport)
-    _, payload = transport.produce(case.tensor())
+    _, payload = handles.produce(transport, case.tensor())
     status, reply = consumer.request("fail", payload)
     assert status == "error"
     assert "injected" in str(reply)

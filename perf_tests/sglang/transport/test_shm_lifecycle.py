@@ -12,6 +12,7 @@ import torch
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.isolation.leaks import foreign_suite_segment
 from engine_fixtures.transport import shm
+from engine_fixtures.transport.arms import COPY_ARMS
 from engine_fixtures.transport.shm import ShmTensor, list_segments, sweep_stale
 
 
@@ -20,7 +21,7 @@ def test_unknown_arm_names_the_choices() -> None:
         ShmTensor.create(torch.zeros(2), copy="memcpy")
 
 
-@pytest.mark.parametrize("arm", shm.COPY_ARMS)
+@pytest.mark.parametrize("arm", COPY_ARMS)
 def test_failure_mid_copy_unlinks(monkeypatch: pytest.MonkeyPatch, arm: str) -> None:
     before = list_segments()
 
@@ -90,7 +91,7 @@ def test_several_producers_into_one_consumer(consumer) -> None:
     results, procs = [], []
     for i, conn in enumerate(consumer.spare):
         parent, child = ctx.Pipe()
-        p = ctx.Process(target=_producer, args=(conn, i, 20, shm.COPY_ARMS[i % 2], child), daemon=True)
+        p = ctx.Process(target=_producer, args=(conn, i, 20, COPY_ARMS[i % 2], child), daemon=True)
         p.start()
         child.close()
         results.append(parent)

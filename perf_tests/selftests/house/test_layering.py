@@ -1,0 +1,98 @@
+"""The layering rules of docs/ARCHITECTURE.md, checked against the code's own imports (every ``import``, also
+inside functions): each unit imports only units on lower layers; only the entry points and ``session/`` import
+pytest; no product unit imports ``testing/``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[3] / "engine_fixtures"
+
+# Top to bottom, as in docs/ARCHITECTURE.md ("Layers"). A unit is a subpackage or a top-level module.
+LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("entry points", frozenset({"plugin", "fixtures", "cli"})),
+    ("pytest session; history commands", frozenset({"session", "cli_history"})),
+    ("scenario runs; self-test tools", frozenset({"scenarios", "testing"})),
+    ("profiles; rendering", frozenset({"profile", "report"})),
+    ("CPU tier; settings; load client", frozenset({"cpu_tier", "options", "loadgen"})),
+    ("samplers; files and history", frozenset({"sampling", "store"})),
+    ("the engine; machine facts", frozenset({"engine", "machine"})),
+    ("processes and cgroups; SGLang plugin", frozenset({"isolation", "sglang_plugin"})),
+    ("values and statistics", frozenset({"quota", "judge", "model", "transport", "nvml"})),
+    ("foundations", frozenset({"errors", "redact", "inject", "sglang_version", "hypothesis_profiles"})),
+)
+PYTEST_ALLOWED = frozenset({"plugin", "fixtures", "session"})
+LAYER_OF = {unit: depth for depth, (_, units) in enumerate(reversed(LAYERS)) for unit in units}
+
+
+def unit_of(path: Path) -> str:
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0].removesuffix(".py")
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, imported module) for every import statement in the file."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "engine_fixtures":
+                out += [(node.lineno, f"engine_fixtures.{a.name}") for a in node.names]
+            else:
+                out.append((node.lineno, node.module))
+    return out
+
+
+def modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if p != PACKAGE / "__init__.py")  # the lazy export table
+
+
+def violations() -> list[str]:
+    found = []
+    for path in modules():
+        unit = unit_of(path)
+        where = path.relative_to(PACKAGE.parent)
+        for line, name in imports(path):
+            if name == "pytest" or name.startswith(("pytest.", "_pytest")):
+                if unit not in PYTEST_ALLOWED:
+                    found.append(f"{where}:{line} imports pytest; only {sorted(PYTEST_ALLOWED)} may")
+                continue
+            if not name.startswith("engine_fixtures."):
+                continue
+            target = name.split(".")[1]
+            if target == unit:
+                continue
+            if target == "testing":
+                found.append(f"{where}:{line} imports {name}: testing/ is for the self-tests, never product code")
+            elif LAYER_OF[target] >= LAYER_OF[unit]:
+                found.append(f"{where}:{line} imports {name}: {unit!r} ({LAYERS[-1 - LAYER_OF[unit]][0]}) may only "
+                             f"import lower layers, and {target!r} is on {LAYERS[-1 - LAYER_OF[target]][0]!r}")
+    return found
+
+
+def test_every_unit_has_a_layer() -> None:
+    units = {unit_of(p) for p in modules()}
+    assert units == set(LAYER_OF), (f"not in LAYERS: {sorted(units - set(LAYER_OF))}; "
+                                    f"in LAYERS but gone: {sorted(set(LAYER_OF) - units)}")
+
+
+def test_imports_follow_the_layers() -> None:
+    assert violations() == []
+
+
+def test_the_check_finds_an_upward_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check can fail: a judge module that imports the session and pytest is reported twice."""
+    fake = tmp_path / "engine_fixtures"
+    (fake / "judge").mkdir(parents=True)
+    (fake / "session").mkdir()
+    (fake / "judge" / "bad.py").write_text("import pytest\nfrom engine_fixtures.session import marks\n")
+    (fake / "session" / "ok.py").write_text("import pytest\nfrom engine_fixtures.judge import bad\n")
+    monkeypatch.setitem(globals(), "PACKAGE", fake)
+    found = violations()
+    assert len(found) == 2
+    assert "judge/bad.py:1 imports pytest" in found[0]
+    assert "may only import lower" in found[1]
