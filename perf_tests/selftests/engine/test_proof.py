@@ -20,7 +20,7 @@ from engine_fixtures.sglang_plugin.instrument import classify_copy
 from engine_fixtures.transport import sglang_compat
 
 MODEL = Path("/m")
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def proc(role: str, pid: int = 1, **counters: float) -> ProcessProof:

@@ -23,6 +23,7 @@ READY = "print('ready', flush=True)\n"
 BUSY = READY + "while True: pass"
 IDLE = READY + "import sys; sys.stdin.read()"
 DEADLINE_S = 30.0
+MIN_CHILD_CPU_S = 0.5
 
 Spawn = Callable[..., subprocess.Popen[bytes]]
 
@@ -69,18 +70,23 @@ def schedstat_s(pid: int) -> tuple[float, float]:
 def test_busy_child_uses_one_core_idle_child_none(spawn: Spawn) -> None:
     busy, idle = spawn(BUSY), spawn(IDLE)
     sampler = CpuSampler(lambda: {"busy": [busy.pid], "idle": [idle.pid]}, interval_s=0.1)
-    before, (run0, wait0) = cpu_s(busy.pid), schedstat_s(busy.pid)
+    before, (run0, wait0), idle0 = cpu_s(busy.pid), schedstat_s(busy.pid), psutil.cpu_times().idle
     with sampler:
         hold(sampler, 12)
-    after, (run1, wait1) = cpu_s(busy.pid), schedstat_s(busy.pid)
+    after, (run1, wait1), idle1 = cpu_s(busy.pid), schedstat_s(busy.pid), psutil.cpu_times().idle
     s = sampler.summary()
     wall = sampler.wall_s
     # exact accounting: the sampler's CPU seconds lie within what the test read just outside the window
     assert 0.9 * (after - before) - 0.02 <= s["cpu.busy.cores"] * wall <= (after - before) + 0.01
-    # ~1 core: what it got plus what the kernel kept it waiting for a CPU (other load on a shared box)
-    queued_cores = (wait1 - wait0) / wall
-    assert s["cpu.busy.cores"] + queued_cores == pytest.approx(1.0, abs=0.15)
+    # and agree with the kernel's own run time of the child (schedstat), on any box
     assert s["cpu.busy.cores"] == pytest.approx((run1 - run0) / wall, abs=0.1)
+    queued_cores = (wait1 - wait0) / wall
+    assert s["cpu.busy.cores"] + queued_cores <= 1.15, "a single-threaded child cannot use or want more than a core"
+    if (idle1 - idle0) / wall >= 0.1:
+        # CPUs sat idle meanwhile, so nothing held the spinning child back: it got a whole core. (On a box
+        # saturated by other jobs, or a VM whose host steals its CPUs, only the accounting above is knowable:
+        # a CI run sharing its box with another went red here on run + queue = 0.76 core.)
+        assert s["cpu.busy.cores"] + queued_cores == pytest.approx(1.0, abs=0.15)
     assert s["cpu.busy.cores"] < 1.05
     assert s["cpu.busy.percent"] == pytest.approx(100 * s["cpu.busy.cores"], rel=1e-12)  # one definition
     assert s["cpu.idle.cores"] < 0.03
@@ -128,11 +134,19 @@ def test_roles_are_reread_so_new_children_count_from_their_start(spawn: Spawn) -
     with cpu:
         hold(cpu, 3)
         workers.append(spawn(BUSY))  # appears mid-window; its start-up CPU counts too
-        hold(cpu, 13)
+        ticks = 13
+        hold(cpu, ticks)
+        # the window stays open until the child has had real CPU time, however busy the box is (a condition
+        # with a deadline: on a box shared with another suite it got 0.03 core in the 1.3 s a fixed hold gave)
+        while cpu_s(workers[1].pid) < MIN_CHILD_CPU_S:
+            ticks += 5
+            hold(cpu, ticks)
+            assert ticks < 10 * DEADLINE_S, f"the child got under {MIN_CHILD_CPU_S} s of CPU in {ticks} ticks"
     s = cpu.summary()
     # the new child's whole CPU time (start-up included) falls inside the window and must be counted
     assert s["cpu.workers.cores"] * cpu.wall_s >= cpu_s(workers[1].pid) - 0.15
-    assert s["cpu.workers.cores"] > 0.1, "the child started inside the window was not picked up"
+    picked_up = s["cpu.workers.cores"] * cpu.wall_s
+    assert picked_up >= MIN_CHILD_CPU_S - 0.15, "the child started inside the window was not picked up"
     assert s["threads.workers.max"] >= 2
 
 

@@ -28,9 +28,9 @@ from engine_fixtures.store.history_schema import metadata
 from engine_fixtures.store.results import ResultsFile
 from perf_tests.selftests.history.writer import make_run
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 COMMITTED = ROOT / "docs" / "results"
-GOLDEN = ROOT / "perf_tests" / "judge" / "golden"
+GOLDEN = ROOT / "perf_tests" / "selftests" / "judge" / "golden"
 WRITERS, RUNS_EACH = 8, 50
 TABLES = ("runs", "run_labels", "results", "metrics", "samples")
 

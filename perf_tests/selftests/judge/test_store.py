@@ -150,7 +150,7 @@ def test_sigkill_during_writes_never_leaves_a_torn_file(tmp_path: Path) -> None:
     seen = set()
     for _ in range(8):
         proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE,
-                                cwd=Path(__file__).parents[2])
+                                cwd=Path(__file__).parents[3])
         try:
             assert proc.stdout is not None
             assert proc.stdout.readline() == b"ready\n"
