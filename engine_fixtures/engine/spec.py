@@ -60,8 +60,8 @@ class EngineSpec:
     gpus: tuple[int, ...] = (0,)
     env_extra: tuple[tuple[str, str], ...] = ()
     enable_metrics: bool = True
-    copy: str = "torch"
-    ipc_cache: str = "off"
+    copy: str = "stock"  # SGLang as shipped, as in EngineScenario; torch and buffer are the suite's arms
+    ipc_cache: str = "stock"
     proof: bool = True
     extra_args: tuple[str, ...] = ()
     launcher: tuple[str, ...] = SGLANG_LAUNCHER

@@ -4,7 +4,7 @@ All effects are on the judged scale (log or linear, see ``noise.Scale``) and sig
 worse. ``alpha`` is the one-sided false-alarm rate per cell and per side; ``beta`` the miss rate at the
 promised size. Quantiles are Student t at the effect's degrees of freedom.
 
-History (one run against a pooled baseline, ``judge_history``)::
+History (one run against a pooled baseline, ``decide_history``)::
 
     T_run = max(floor, t(1-alpha) * se_run)                            flagged beyond this
     D     = max(floor, t(1-alpha) * se_ref) + t(1-beta) * se_ref      the promise: caught with >= 1-beta
@@ -18,7 +18,7 @@ When this run is no noisier than the baseline's (se_run <= se_ref) every outcome
 implies the pass condition. Inconclusive is what a run noisier than its baseline gets until more windows
 bring se_run down, and what it keeps at the budget: then it is not a pass.
 
-Paired (A/B blocks or same-run arm pairs, ``judge_paired``): the same rule on the mean of per-block log
+Paired (A/B blocks or same-run arm pairs, ``decide_paired``): the same rule on the mean of per-block log
 ratios, with ``se = sd/sqrt(P)``; the promise is a declared size (the metric's ``ab_detect``, 10 % for
 throughput, TTFT and TPOT, or ``--perf-ab-detect``), so ``pass`` always excludes that size and an interval too
 wide to exclude it is ``inconclusive``, at the budget too.
@@ -26,7 +26,7 @@ wide to exclude it is ``inconclusive``, at the budget too.
 Family (``gate_alpha``): a scenario's gating metrics share ``FAMILY_ALPHA`` (Bonferroni over metrics and sides)
 so that a whole clean run goes red at most 1 time in 20.
 
-Bound (a same-run invariant "ratio >= bound", ``judge_bound``): regression when the one-sided interval
+Bound (a same-run invariant "ratio >= bound", ``decide_bound``): regression when the one-sided interval
 of the ratio lies below the bound, pass when it lies above, inconclusive while it straddles it.
 """
 
@@ -114,7 +114,7 @@ def runs_to_promise(model: NoiseModel, floor: float, limit: float, alpha: float 
     return None
 
 
-def judge_history(model: NoiseModel, current: Sequence[float], sign: float, floor: float,
+def decide_history(model: NoiseModel, current: Sequence[float], sign: float, floor: float,
                   alpha: float = ALPHA, beta: float = BETA, max_detect: float | None = None) -> Decision:
     """This run's windows ``current`` (judged scale) against the pooled ``model``; ``sign`` is +1 when larger is
     worse, -1 when larger is better; ``floor`` is the declared smallest change worth flagging (judged scale);
@@ -144,7 +144,7 @@ def judge_history(model: NoiseModel, current: Sequence[float], sign: float, floo
     return d
 
 
-def judge_paired(log_ratios: Sequence[float], sign: float, floor: float, budget: int,
+def decide_paired(log_ratios: Sequence[float], sign: float, floor: float, budget: int,
                  alpha: float = ALPHA, beta: float = BETA, detect: float = DEFAULT_AB_DETECT) -> Decision:
     """Per-block ``log(candidate / reference)`` values (judged scale differences) of a paired design.
 
@@ -171,7 +171,7 @@ def judge_paired(log_ratios: Sequence[float], sign: float, floor: float, budget:
     return _classify(effect, se, df, threshold, promise, beta, why)
 
 
-def judge_bound(log_ratios: Sequence[float], bound: float, alpha: float = ALPHA) -> Decision:
+def decide_bound(log_ratios: Sequence[float], bound: float, alpha: float = ALPHA) -> Decision:
     """Invariant ``exp(mean log ratio) >= bound`` from per-block log ratios (larger is better).
 
     ``effect`` = log(bound) - mean log ratio (> 0: the invariant is violated by that much)."""
@@ -204,7 +204,7 @@ def instance_means(logs: Sequence[float], instances: Sequence[str] | None) -> np
     return np.array([x[ids == i].mean() for i in order])
 
 
-def judge_bound_unpaired(reference_logs: Sequence[float], current_logs: Sequence[float], bound: float,
+def decide_bound_unpaired(reference_logs: Sequence[float], current_logs: Sequence[float], bound: float,
                          alpha: float = ALPHA, reference_instances: Sequence[str] | None = None,
                          current_instances: Sequence[str] | None = None) -> Decision:
     """Invariant ``exp(mean current - mean reference) >= bound`` for two arms served by separate engines.

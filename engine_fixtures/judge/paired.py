@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from engine_fixtures.judge.decide import ALPHA, BETA, gate_alpha, judge_bound, judge_bound_unpaired, judge_paired, q
+from engine_fixtures.judge.decide import ALPHA, BETA, decide_bound, decide_bound_unpaired, decide_paired, gate_alpha, q
 from engine_fixtures.judge.gating import gates
 from engine_fixtures.judge.metrics import Metric, metric
 from engine_fixtures.judge.rows import Verdict, as_diagnostic, level, message, with_interval, worse_change
@@ -26,7 +26,7 @@ def judge_ab(m: Metric | str, reference: Sequence[float], candidate: Sequence[fl
     not gate that arm is a report-only row."""
     m = m if isinstance(m, Metric) else metric(m)
     a = gate_alpha(alpha, family)
-    d = judge_paired(block_effects, m.sign, m.floor_size(floor), budget, alpha=a, beta=BETA,
+    d = decide_paired(block_effects, m.sign, m.floor_size(floor), budget, alpha=a, beta=BETA,
                      detect=m.ab_size(detect))
     ref, cur = level(m, reference), level(m, candidate)
     raw = float(np.mean(block_effects)) if len(block_effects) else math.nan
@@ -68,10 +68,10 @@ def judge_invariant(label: str, m: Metric | str, reference: Sequence[float], cur
         if ref.size != cur.size:
             raise ValueError(f"{label}: a paired invariant needs one window of each per round "
                              f"({ref.size} vs {cur.size})")
-        d = judge_bound(good * (cur - ref), bound, alpha=alpha)
+        d = decide_bound(good * (cur - ref), bound, alpha=alpha)
         how = "paired rounds"
     else:
-        d = judge_bound_unpaired(good * ref, good * cur, bound, alpha=alpha, reference_instances=reference_instances,
+        d = decide_bound_unpaired(good * ref, good * cur, bound, alpha=alpha, reference_instances=reference_instances,
                                  current_instances=current_instances)
         n_ref = len(set(reference_instances)) if reference_instances is not None else 1
         n_cur = len(set(current_instances)) if current_instances is not None else 1

@@ -1,6 +1,6 @@
 """Seeded simulations of the gate on its own model (random run levels plus window noise), vectorised.
 
-``history_decisions`` is ``decide.judge_history`` over arrays of trials (the test suite checks it against the
+``history_decisions`` is ``decide.decide_history`` over arrays of trials (the test suite checks it against the
 scalar gate case by case, so the two cannot drift); ``false_alarm_rate`` and ``whole_run_red_rate`` are what
 issue 19 asks to be shown, and ``python -m engine_fixtures.judge.simulate`` prints the tables in
 docs/results/judging-simulations.md.

@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from engine_fixtures.errors import MeasurementError
-from engine_fixtures.judge.decide import ALPHA, BETA, gate_alpha, judge_history
+from engine_fixtures.judge.decide import ALPHA, BETA, decide_history, gate_alpha
 from engine_fixtures.judge.gating import GPU_BOUND_UTIL, arm_of, gating
 from engine_fixtures.judge.metrics import GPU_BOUND, Metric, metric
 from engine_fixtures.judge.noise import MIN_RUNS, NoiseModel
@@ -73,7 +73,7 @@ def judge_metric(m: Metric | str, runs: Sequence[Sequence[float]], current: Sequ
         return Verdict(m.name, "no-baseline", "history", lvl, cur_level, delta_of(m, lvl, cur_level), None,
                        model.runs, len(current), f"{m.name}: the baseline pools {model.runs} run(s) and judges from "
                        f"{MIN_RUNS}; add {MIN_RUNS - model.runs} more independent run(s)", m.scale.name)
-    d = judge_history(model, m.scale.forward(current), m.sign, m.floor_size(floor), alpha=alpha, beta=BETA,
+    d = decide_history(model, m.scale.forward(current), m.sign, m.floor_size(floor), alpha=alpha, beta=BETA,
                       max_detect=m.max_size)
     base_level = math.exp(model.level) if m.scale.name == "log" else model.level
     delta = delta_of(m, base_level, cur_level)

@@ -2,10 +2,10 @@
 
 ``Invariant(label, metric, reference, candidate, bound, paired)`` reads "candidate >= bound x reference in
 the metric's good direction". ``paired`` invariants compare windows of the same round (arms interleaved in one
-rig set: the mechanism tier); unpaired ones compare two separately measured arms (separate engines). The
-reference and candidate are arm ids in ``ScenarioResults``. ``xfail_when`` names a known upstream regression
-(``sglang_version`` ranges): the test carrying the invariant is then a strict expected failure with
-``raises=InvariantViolated``, so a release that fixes it turns the run red until the marker is updated.
+rig set: the CPU tier); unpaired ones compare two separately measured arms (separate engines). The
+reference and candidate are arm ids in ``ScenarioResults``. A known upstream regression that breaks an invariant
+is declared on the test, not here: ``@known_regression(SHM_COPY)`` makes it a strict expected failure with
+``raises=InvariantViolated``, so a release that fixes it turns the run red until the declaration is updated.
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ def test_history_loop_measures_more_while_undecided(model: Path, factory: Engine
     assert 0 < summary["measured_share_after_ready"] <= 1
     assert result.metadata["window_requests"] > 0
     assert result.metadata["alpha_per_look"] == pytest.approx(0.01 / 3)
-    assert result.scenario.startswith("engine/transport=cpu/tp=1/pp=1/copy=torch/model=qwen-tiny/c=4")
+    assert result.scenario.startswith("engine/transport=cpu/tp=1/pp=1/copy=stock/model=qwen-tiny/c=4")
 
 
 def pairs(factory: EngineFactory, model: Path, ref_ms: float, cand_ms: float,  # type: ignore[no-untyped-def]

@@ -150,7 +150,7 @@ def test_killed_mid_run_is_a_crash_with_the_log(model: Path, tmp_path: Path) -> 
 
 
 def test_arm_env_and_proof_dir_reach_the_engine(model: Path, tmp_path: Path) -> None:
-    spec = stub(model, copy="buffer").with_(proof=True)
+    spec = stub(model, copy="buffer", ipc_cache="off").with_(proof=True)
     h = start_engine(spec, tmp_path, deadline_s=DEADLINE_S)
     try:
         env = psutil.Process(h.pid).environ()

@@ -14,10 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine_fixtures.judge.decide import (
-    judge_bound,
-    judge_bound_unpaired,
-    judge_history,
-    judge_paired,
+    decide_bound,
+    decide_bound_unpaired,
+    decide_history,
+    decide_paired,
     promised_size,
     runs_to_promise,
 )
@@ -54,8 +54,8 @@ def test_history_decision_is_invariant_to_a_common_shift(shift: float, seed: int
     rng = np.random.default_rng(seed)
     base = runs(rng, 4, 5, 0.03, 0.03)
     cur = 0.02 + rng.normal(0, 0.03, 5)
-    a = judge_history(NoiseModel.fit(base), cur, +1, FLOOR)
-    b = judge_history(NoiseModel.fit([r + shift for r in base]), cur + shift, +1, FLOOR)
+    a = decide_history(NoiseModel.fit(base), cur, +1, FLOOR)
+    b = decide_history(NoiseModel.fit([r + shift for r in base]), cur + shift, +1, FLOOR)
     assert a.status == b.status
     assert a.effect == pytest.approx(b.effect, abs=1e-9)
 
@@ -64,15 +64,15 @@ def test_history_directions_and_clear_outcomes() -> None:
     rng = np.random.default_rng(1)
     model = NoiseModel.fit(runs(rng, 5, 5, 0.01, 0.02))
     same = rng.normal(model.level, 0.02, 5)
-    assert judge_history(model, same, +1, FLOOR).status == "pass"
+    assert decide_history(model, same, +1, FLOOR).status == "pass"
     worse = same + math.log(1.5)
-    assert judge_history(model, worse, +1, FLOOR).status == "regression"  # larger is worse (latency)
-    assert judge_history(model, worse, -1, FLOOR).status == "improvement"  # larger is better (throughput)
+    assert decide_history(model, worse, +1, FLOOR).status == "regression"  # larger is worse (latency)
+    assert decide_history(model, worse, -1, FLOOR).status == "improvement"  # larger is better (throughput)
 
 
 def test_too_few_baseline_runs_is_inconclusive_and_says_how_many() -> None:
     model = NoiseModel.fit([[1.0, 1.01, 0.99], [1.0, 1.02, 0.98]])
-    d = judge_history(model, [1.5, 1.5, 1.5], +1, FLOOR)
+    d = decide_history(model, [1.5, 1.5, 1.5], +1, FLOOR)
     assert d.status == "inconclusive"
     assert "pools 2 run(s)" in d.reason
     assert ">= 3" in d.reason
@@ -82,7 +82,7 @@ def test_a_run_much_noisier_than_its_baseline_is_inconclusive_not_pass() -> None
     rng = np.random.default_rng(2)
     model = NoiseModel.fit(runs(rng, 6, 6, 0.0, 0.01))
     noisy = model.level + np.array([0.25, -0.2, 0.3, -0.28])  # mean ~0, huge spread
-    d = judge_history(model, noisy, +1, FLOOR)
+    d = decide_history(model, noisy, +1, FLOOR)
     assert d.status == "inconclusive"
     assert "noisier than its baseline" in d.reason
 
@@ -95,10 +95,10 @@ def test_history_gate_error_rates_on_its_own_model(k: int, between: float, withi
     trials, false_alarms, caught, inconclusive = 600, 0, 0, 0
     for _ in range(trials):
         model = NoiseModel.fit(runs(rng, k, 5, between, within))
-        clean = judge_history(model, runs(rng, 1, 5, between, within)[0], +1, FLOOR)
+        clean = decide_history(model, runs(rng, 1, 5, between, within)[0], +1, FLOOR)
         false_alarms += clean.status == "regression"
         inconclusive += clean.status == "inconclusive"
-        slowed = judge_history(model, runs(rng, 1, 5, between, within, level=clean.detectable)[0], +1, FLOOR)
+        slowed = decide_history(model, runs(rng, 1, 5, between, within, level=clean.detectable)[0], +1, FLOOR)
         caught += slowed.status == "regression"
     assert false_alarms / trials <= 0.015
     assert inconclusive / trials <= 0.02
@@ -113,7 +113,7 @@ def _sequential_paired(rng: np.random.Generator, shift: float, budget: Budget) -
         blocks.extend(rng.normal(math.log1p(shift), 0.03, n))
 
     def undecided(alpha: float) -> list[str]:
-        last["d"] = judge_paired(blocks, +1, FLOOR, budget.maximum, alpha=alpha)
+        last["d"] = decide_paired(blocks, +1, FLOOR, budget.maximum, alpha=alpha)
         return [] if last["d"].decided else ["cell"]
 
     measure_until_decided(budget, measure, undecided)
@@ -136,13 +136,13 @@ def test_a_paired_pass_excludes_the_declared_size_at_the_budget_too() -> None:
     """Issue 19's reproduction: six blocks of log(1.25) +- 0.3 at budget 6 and alpha 0.0025 passed with
     "catches 121 %" for a real +25 % TPOT change; the promise is now the declared 10 %."""
     blocks = math.log(1.25) + 0.3 * np.array([1.0, -1.0, 0.5, -0.5, 0.8, -0.8])
-    d = judge_paired(blocks, +1, FLOOR, 6, alpha=0.0025)
+    d = decide_paired(blocks, +1, FLOOR, 6, alpha=0.0025)
     assert d.status == "inconclusive"
     assert d.detectable == pytest.approx(math.log1p(0.10))
     assert "does not exclude the promised size" in d.reason
     tight = math.log(1.01) + 0.01 * np.array([1.0, -1.0, 0.5, -0.5, 0.8, -0.8])
-    assert judge_paired(tight, +1, FLOOR, 6, alpha=0.0025).status == "pass"
-    wider = judge_paired(tight, +1, 0.001, 6, alpha=0.0025, detect=math.log1p(0.01))
+    assert decide_paired(tight, +1, FLOOR, 6, alpha=0.0025).status == "pass"
+    wider = decide_paired(tight, +1, 0.001, 6, alpha=0.0025, detect=math.log1p(0.01))
     assert wider.status == "inconclusive"  # a 1 % promise is not excluded by an interval around +1 %
 
 
@@ -150,8 +150,8 @@ def test_a_pool_too_wide_to_gate_says_so_and_how_many_runs_would_do() -> None:
     rng = np.random.default_rng(9)
     wide = NoiseModel.fit(runs(rng, 3, 5, 0.15, 0.05))
     clean = wide.level + rng.normal(0, 0.05, 5)
-    assert judge_history(wide, clean, +1, FLOOR).status in ("pass", "inconclusive")
-    d = judge_history(wide, clean, +1, FLOOR, max_detect=math.log1p(0.30))
+    assert decide_history(wide, clean, +1, FLOOR).status in ("pass", "inconclusive")
+    d = decide_history(wide, clean, +1, FLOOR, max_detect=math.log1p(0.30))
     assert d.status == "inconclusive"
     assert "too wide to gate" in d.reason
     assert "--from-runs" in d.reason or "no pool of" in d.reason
@@ -162,16 +162,16 @@ def test_a_pool_too_wide_to_gate_says_so_and_how_many_runs_would_do() -> None:
 
 
 def test_paired_gate_needs_three_blocks() -> None:
-    assert judge_paired([0.5, 0.6], +1, FLOOR, 10).status == "inconclusive"
+    assert decide_paired([0.5, 0.6], +1, FLOOR, 10).status == "inconclusive"
 
 
 def test_bound_invariant_three_ways() -> None:
     above = np.log([1.20, 1.25, 1.18, 1.22, 1.21])
-    assert judge_bound(above, 1.05).status == "pass"
+    assert decide_bound(above, 1.05).status == "pass"
     equal = np.log([1.00, 1.02, 0.98, 1.01, 0.99])  # e.g. the torch copy forced into the buffer arm
-    assert judge_bound(equal, 1.05).status == "regression"
+    assert decide_bound(equal, 1.05).status == "regression"
     straddle = np.log([1.10, 0.98, 1.12, 1.0, 1.07])
-    d = judge_bound(straddle, 1.05)
+    d = decide_bound(straddle, 1.05)
     assert d.status == "inconclusive"
     assert "straddles the bound 1.05x" in d.reason
 
@@ -202,7 +202,7 @@ def test_zero_between_run_estimate_keeps_the_run_means_df() -> None:
 def test_the_published_promise_is_the_gates() -> None:
     rng = np.random.default_rng(3)
     model = NoiseModel.fit(runs(rng, 5, 5, 0.04, 0.05))
-    d = judge_history(model, model.level + rng.normal(0, 0.05, 5), +1, FLOOR, alpha=0.01 / 3)
+    d = decide_history(model, model.level + rng.normal(0, 0.05, 5), +1, FLOOR, alpha=0.01 / 3)
     assert d.detectable == promised_size(model, FLOOR, 0.01 / 3)
 
 
@@ -210,16 +210,16 @@ def test_unpaired_bound_takes_engine_instances_as_the_unit() -> None:
     """Ten windows per arm from one engine each: a Welch test over windows decided; instances say it cannot."""
     ref = np.log([30.0, 30.5, 29.8, 30.2, 30.1, 29.9, 30.3, 30.0, 30.4, 29.7])
     cur = ref + math.log(1.2)
-    one = judge_bound_unpaired(ref, cur, 1.05)
+    one = decide_bound_unpaired(ref, cur, 1.05)
     assert one.status == "inconclusive"
     assert "more fresh engine instances per arm" in one.reason
     ids = ["e1"] * 5 + ["e2"] * 5
     offset = np.array([0.0] * 5 + [0.16] * 5)  # a second start of one build sits +16 % higher (H200: +15.8 %)
-    d = judge_bound_unpaired(ref + offset, cur, 1.05, reference_instances=ids,
+    d = decide_bound_unpaired(ref + offset, cur, 1.05, reference_instances=ids,
                              current_instances=["f1"] * 5 + ["f2"] * 5)
     assert d.status == "inconclusive"  # 2 instances per arm and a 16 % instance offset: cannot tell 1.2x from 1.05x
-    clear = judge_bound_unpaired(ref, cur, 1.05, reference_instances=["a", "b", "c"] * 3 + ["a"],
+    clear = decide_bound_unpaired(ref, cur, 1.05, reference_instances=["a", "b", "c"] * 3 + ["a"],
                                  current_instances=["d", "e", "f"] * 3 + ["d"])
     assert clear.status == "pass"
     with pytest.raises(ValueError, match="window_instance"):
-        judge_bound_unpaired(ref, cur, 1.05, reference_instances=["a"])
+        decide_bound_unpaired(ref, cur, 1.05, reference_instances=["a"])

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from engine_fixtures.judge.decide import ALPHA, gate_alpha, judge_history
+from engine_fixtures.judge.decide import ALPHA, decide_history, gate_alpha
 from engine_fixtures.judge.noise import NoiseModel
 from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.judge.simulate import STATUS, Pools, false_alarm_rate, history_decisions, whole_run_red_rate
@@ -32,7 +32,7 @@ def test_vectorised_decisions_are_the_scalar_gates() -> None:
                       ((x - means[..., None]) ** 2).sum(axis=(1, 2)) / (k * 4))
         fast = history_decisions(pools, cur, +1.0, FLOOR, 0.01, max_detect=math.log1p(0.3))
         for t in range(60):
-            d = judge_history(NoiseModel.fit(list(x[t])), cur[t], +1, FLOOR, alpha=0.01, max_detect=math.log1p(0.3))
+            d = decide_history(NoiseModel.fit(list(x[t])), cur[t], +1, FLOOR, alpha=0.01, max_detect=math.log1p(0.3))
             assert STATUS[fast[t]] == d.status, (k, t)
 
 

@@ -130,7 +130,7 @@ def release_parser() -> argparse.ArgumentParser:
 
 
 SPECS = {
-    "cpu-torch": EngineSpec(MODEL),
+    "cpu-torch": EngineSpec(MODEL, copy="torch"),
     "cpu-stock-quota": EngineSpec(MODEL, copy="stock", cpu_quota=4.0),
     "cuda_ipc-off": EngineSpec(MODEL, mm_feature_transport="cuda_ipc", ipc_cache="off"),
     "pp2-capped": EngineSpec(MODEL, pp=2, gpus=(0, 1), pp_max_micro_batch_size=32, max_running_requests=64,

@@ -10,7 +10,7 @@ from multiprocessing.connection import Connection
 import pytest
 
 from engine_fixtures.transport.shm import sweep_stale
-from perf_tests.sglang.transport.consumer import serve
+from perf_tests.sglang.transport.pipe_consumer import serve
 
 SPARE_PIPES = 3
 READY_TIMEOUT_S = 180.0

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from engine_fixtures.transport import cuda_ipc, handles
 from engine_fixtures.transport.arms import ARMS, TransportArm
 from engine_fixtures.transport.shm import list_segments
-from perf_tests.sglang.transport.consumer import Digest
+from perf_tests.sglang.transport.pipe_consumer import Digest
 from perf_tests.sglang.transport.strategies import Case, cases, large_cases
 
 # The registry's arms (transport.arms), SGLang's own class under both copy arms among them; its arms carry the
