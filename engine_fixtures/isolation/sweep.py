@@ -27,7 +27,10 @@ is the one line a session prints ("" when nothing was found).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,21 +139,33 @@ def _sandboxes(extra_roots: Iterable[Path]) -> set[Path]:
     return found
 
 
-def _rmdir(path: Path) -> bool:
-    """rmdir a cgroup. On cgroupfs its control files go with it; a directory that only looks like one (a copy, or
-    a test's fake tree) needs its plain files removed first, which cgroupfs refuses (EPERM) and so never harms."""
-    try:
-        path.rmdir()
-    except OSError:
+def _rmdir(path: Path, deadline: float) -> str:
+    """rmdir a cgroup: "removed", "gone" (another run's sweep removed it first: two runs sweep the same dead run at
+    once) or "stuck". EBUSY is retried every 50 ms until ``deadline``: a SIGKILLed task leaves its cgroup only once
+    its exit completes. On cgroupfs the control files go with the directory; one that only looks like a cgroup (a
+    copy, or a test's fake tree) needs its plain files removed first, which cgroupfs refuses (EPERM) and so never
+    harms."""
+    while True:
+        try:
+            path.rmdir()
+            return "removed"
+        except FileNotFoundError:
+            return "gone"
+        except OSError as exc:
+            if exc.errno == errno.EBUSY and time.monotonic() < deadline:
+                threading.Event().wait(0.05)
+                continue
         with contextlib.suppress(OSError):
             for f in path.iterdir():
                 if f.is_file():
                     f.unlink()
         try:
             path.rmdir()
+        except FileNotFoundError:
+            return "gone"
         except OSError:
-            return False
-    return True
+            return "stuck"
+        return "removed"
 
 
 def _remove_cgroups(me: owner.RunOwner, extra_roots: Iterable[Path]) -> tuple[set[str], set[owner.RunOwner],
@@ -167,10 +182,11 @@ def _remove_cgroups(me: owner.RunOwner, extra_roots: Iterable[Path]) -> tuple[se
         with contextlib.suppress(FileNotFoundError, ValueError):
             survivors += sigkill_and_wait([int(x) for x in (path / "cgroup.procs").read_text().split()],
                                           KILL_TIMEOUT_S)
-        if _rmdir(path):
+        outcome = _rmdir(path, time.monotonic() + KILL_TIMEOUT_S)
+        if outcome == "removed":
             names.add(path.name)
             runs.add(run)
-        else:
+        elif outcome == "stuck":
             stuck.append(str(path))
     return names, runs, survivors, stuck
 

@@ -24,6 +24,7 @@ import pytest
 
 from engine_fixtures.engine.factory import ENGINE_SHM_PREFIXES
 from engine_fixtures.isolation import owner, run_registry
+from engine_fixtures.isolation import sweep as sweep_module
 from engine_fixtures.isolation.leaks import SHM_DIR
 from engine_fixtures.isolation.signals import sigkill_and_wait
 from engine_fixtures.isolation.sweep import sweep
@@ -147,6 +148,7 @@ SWEEP_AS_NEW_RUN = """
 import json, sys
 from pathlib import Path
 from engine_fixtures.isolation import owner
+from engine_fixtures.isolation import sweep as sweep_module
 from engine_fixtures.isolation.sweep import sweep
 from engine_fixtures.store.files import atomic_write_text
 owner.claim()
@@ -204,3 +206,20 @@ def test_a_full_disk_never_stops_a_run_nor_leaves_a_torn_file(small_tmpfs) -> No
         atomic_write_text(disk / "results" / "results.json", "x" * (64 << 10))
     assert (disk / "results" / "results.json").read_text() == "old"  # the old file, never a torn one
     assert [p.name for p in (disk / "results").iterdir()] == ["results.json"]  # no temp file left
+
+
+def test_a_sandbox_another_sweep_removed_first_is_not_reported_stuck(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Two runs starting at once both sweep the same dead run: the one whose rmdir finds the sandbox gone already
+    neither counts it as removed nor says it "would not go"."""
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead = owner.RunOwner.of_pid(exited.pid)
+    exited.wait(timeout=30)
+    assert dead is not None
+    v2 = _fake_v2(tmp_path / "v2")
+    taken = v2 / f"perf-race-{dead.token}-abcdef"  # listed by this sweep, removed by the other one before the rmdir
+    monkeypatch.setattr(sweep_module, "_sandboxes", lambda _roots: {taken})
+    # The sweep's cgroup step alone: a whole sweep here would also take the dead runs of other suites on this box.
+    names, runs, _survivors, stuck = sweep_module._remove_cgroups(owner.current(), (v2,))
+    assert stuck == []  # the sweep's line would say "cgroups that would not go"
+    assert names == set()  # nor removed by this sweep
+    assert runs == set()
