@@ -122,7 +122,8 @@ def engine_factory(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPat
     settings = pytestconfig.stash[SETTINGS_KEY]
     session = get_session(pytestconfig)
     factory = EngineFactory(tmp_path_factory.mktemp("engines"), settings.engine_timeout,
-                            on_finding=session.findings.append, sandbox=cgroup_support is None)
+                            on_finding=session.findings.append, sandbox=cgroup_support is None,
+                            state_dir=settings.state_dir)
     try:
         yield factory
     finally:

@@ -26,8 +26,10 @@ import psutil
 from engine_fixtures.engine.handle import SHM_MIN_FREE_MB, STOP_GRACE_S, EngineHandle, start_engine
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, ProcessCrashed, ProcessStopError
+from engine_fixtures.isolation import run_registry
 from engine_fixtures.isolation.cgroups import PREFIX
-from engine_fixtures.isolation.leaks import Leaks, LeakSnapshot
+from engine_fixtures.isolation.leaks import Leaks, LeakSnapshot, shm_held_by
+from engine_fixtures.isolation.sweep import others_who_may_own
 
 # /dev/shm names SGLang 0.5.16 and its libraries leave behind after a clean SIGTERM stop (seen on the H200 with
 # cuda_ipc: the IPC pool's sync flags, torch's shared-CUDA ref counters, CUDA's IPC shm, the loads snapshot,
@@ -50,6 +52,15 @@ def cgroup_prefix(spec: EngineSpec) -> str:
 class _Live:
     handle: EngineHandle
     before: LeakSnapshot
+    held: frozenset[str] = frozenset()  # /dev/shm names its processes were seen holding (at ready)
+
+
+def _tree_holds(handle: EngineHandle) -> frozenset[str]:
+    """What the engine's process tree has open or mapped in /dev/shm now."""
+    pids = {handle.pid}
+    with contextlib.suppress(psutil.Error):
+        pids.update(c.pid for c in psutil.Process(handle.pid).children(recursive=True))
+    return shm_held_by(pids)
 
 
 class EngineFactory:
@@ -57,8 +68,9 @@ class EngineFactory:
 
     def __init__(self, workroot: Path, deadline_s: float, *, python: str = sys.executable, max_live: int = 1,
                  on_finding: Callable[[str], None] | None = None, stop_grace_s: float = STOP_GRACE_S,
-                 shm_min_free_mb: float = SHM_MIN_FREE_MB, sandbox: bool = False):
+                 shm_min_free_mb: float = SHM_MIN_FREE_MB, sandbox: bool = False, state_dir: Path | None = None):
         self.sandbox = sandbox
+        self.state_dir = state_dir if state_dir is not None else run_registry.default_state_dir()
         self.stop_grace_s = stop_grace_s
         self.shm_min_free_mb = shm_min_free_mb
         self.on_finding = on_finding or (lambda _msg: None)
@@ -144,7 +156,7 @@ class EngineFactory:
             self._check_leaks(spec, before)
             raise
         with self._lock:
-            self._live[spec.launch_key] = _Live(handle, before)
+            self._live[spec.launch_key] = _Live(handle, before, _tree_holds(handle))
         return handle
 
     def release(self, spec: EngineSpec) -> None:
@@ -152,10 +164,11 @@ class EngineFactory:
         entry = self._live.pop(spec.launch_key, None)
         if entry is None:
             return
+        held = entry.held | _tree_holds(entry.handle)  # before the stop: what it holds now is its own
         try:
             report = entry.handle.stop(self.stop_grace_s)
         finally:
-            self._check_leaks(spec, entry.before)
+            self._check_leaks(spec, entry.before, held)
         if entry.handle.pid in report.killed:
             raise ProcessStopError(
                 f"engine {spec.key} (pid {entry.handle.pid}) ignored SIGTERM for {self.stop_grace_s:g} s and was "
@@ -172,16 +185,29 @@ class EngineFactory:
                 pids.update(c.pid for c in psutil.Process(live.handle.pid).children(recursive=True))
         return frozenset(pids)
 
-    def _check_leaks(self, spec: EngineSpec, before: LeakSnapshot) -> None:
-        """Remove and report what the engine itself left in /dev/shm; LeakError for anything else."""
+    def _check_leaks(self, spec: EngineSpec, before: LeakSnapshot, held: frozenset[str] = frozenset()) -> None:
+        """Remove and report what the engine itself left in /dev/shm; LeakError for anything else.
+
+        An engine segment's name carries no owner, so one that appeared while the engine ran is its leftover if its
+        processes were seen holding it (``held``: at ready and just before the stop), or if nobody else alive could
+        have made it (``others_who_may_own``). Otherwise it may be a live neighbour's (another run on this box, a
+        segment between its creator and its reader): it is left alone and said so, never unlinked nor blamed here."""
         others = self._others()
         leftovers = engine_leftovers(before.new_since(LeakSnapshot.take(cgroup_prefix(spec)), others))
+        unseen = tuple(n for n in leftovers if n not in held)
+        who = others_who_may_own(self.state_dir) if unseen else []
+        foreign = unseen if who else ()
+        leftovers = tuple(n for n in leftovers if n not in foreign)
+        if foreign:
+            self.on_finding(f"engine {spec.key} ({spec.arm}): left alone {len(foreign)} /dev/shm segment(s) with no "
+                            f"owner in their names that appeared while it ran but that none of its processes was "
+                            f"seen holding, as {who[0]} is alive and may own them: {', '.join(foreign[:6])}")
         if leftovers:
             Leaks(shm=leftovers).reap()
             shown = ", ".join(leftovers[:6]) + (f" and {len(leftovers) - 6} more" if len(leftovers) > 6 else "")
             self.on_finding(f"engine {spec.key} ({spec.arm}) left {len(leftovers)} /dev/shm segment(s) after its "
                             f"stop; the fixture removed them: {shown}")
-        before.assert_no_new(LeakSnapshot.take(cgroup_prefix(spec)), others)
+        before.assert_no_new(LeakSnapshot.take(cgroup_prefix(spec)), others, frozenset(foreign))
 
     def close(self) -> None:
         """Stop every live engine; the first error is raised after all were stopped."""

@@ -65,6 +65,21 @@ def shm_holders() -> dict[str, set[int]]:
     return holders
 
 
+def shm_held_by(pids: set[int] | frozenset[int]) -> frozenset[str]:
+    """The /dev/shm names that processes ``pids`` have open or mapped (gone pids skipped): what a tree is seen
+    holding while it lives, so a leftover can be told from another run's segment after it died."""
+    prefix = str(SHM_DIR) + "/"
+    names: set[str] = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    names.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
+            names.update(line.split(None, 5)[-1].strip() for line in maps if prefix in line)
+    return frozenset(n[len(prefix):].removesuffix(" (deleted)") for n in names if n.startswith(prefix))
+
+
 def _ours(pids: set[int]) -> set[int]:
     """The subset of ``pids`` that is this process or one of its descendants."""
     me = psutil.Process()
@@ -162,11 +177,13 @@ class LeakSnapshot:
         shm = frozenset(os.listdir(SHM_DIR)) if SHM_DIR.is_dir() else frozenset()
         return cls(shm, _descendants(), find_cgroups(cgroup_prefix), cgroup_prefix)
 
-    def new_since(self, after: LeakSnapshot, exclude_pids: frozenset[int] = frozenset()) -> Leaks:
+    def new_since(self, after: LeakSnapshot, exclude_pids: frozenset[int] = frozenset(),
+                  exclude_shm: frozenset[str] = frozenset()) -> Leaks:
         """What appeared since this snapshot; ``exclude_pids`` are processes that are still rightly alive (another
-        live engine of the same run): they, and segments only they hold, are not leaks."""
-        holders = shm_holders() if after.shm - self.shm else {}
-        shm = [n for n in after.shm - self.shm
+        live engine of the same run): they, and segments only they hold, are not leaks; ``exclude_shm``: segments
+        the caller knows are not this run's (another live run's)."""
+        holders = shm_holders() if after.shm - self.shm - exclude_shm else {}
+        shm = [n for n in after.shm - self.shm - exclude_shm
                if (SHM_DIR / n).exists() and (not holders.get(n) or _ours(holders[n] - exclude_pids))
                and not foreign_suite_segment(n)]
         cgroups = [p for p in after.cgroups - self.cgroups if p.exists() and _created_by_us(p)]
@@ -182,9 +199,10 @@ class LeakSnapshot:
                 procs.append((pid, "?"))
         return Leaks(tuple(sorted(shm)), tuple(procs), tuple(sorted(cgroups)))
 
-    def assert_no_new(self, after: LeakSnapshot | None = None, exclude_pids: frozenset[int] = frozenset()) -> None:
+    def assert_no_new(self, after: LeakSnapshot | None = None, exclude_pids: frozenset[int] = frozenset(),
+                      exclude_shm: frozenset[str] = frozenset()) -> None:
         """LeakError listing everything that appeared since this snapshot (see ``new_since``)."""
-        leaks = self.new_since(after or LeakSnapshot.take(self.cgroup_prefix), exclude_pids)
+        leaks = self.new_since(after or LeakSnapshot.take(self.cgroup_prefix), exclude_pids, exclude_shm)
         if leaks:
             raise LeakError(_message(leaks))
 

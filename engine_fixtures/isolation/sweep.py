@@ -246,6 +246,22 @@ def _sglang_alive(skip: set[int]) -> list[str]:
     return alive
 
 
+def others_who_may_own(state: Path | None) -> list[str]:
+    """Who, alive now besides this run, could have made an owner-less engine segment: the perf runs recorded in
+    ``state`` other than this one and the runs this process started or was started by (nested runs), and SGLang
+    processes outside this process's tree. Empty: only this run can have made it (the leak check's rule)."""
+    me = owner.current()
+    family = {os.getpid()}
+    with contextlib.suppress(psutil.Error):
+        this = psutil.Process()
+        family.update(p.pid for p in this.parents())
+        family.update(p.pid for p in this.children(recursive=True))
+    records = run_registry.records(state) if state is not None and (state / "runs").is_dir() else []
+    runs = [r.owner.describe() for r in records
+            if r.owner != me and r.pid not in family and r.owner.alive()]
+    return runs + _sglang_alive(family)
+
+
 def sweep(results_dir: Path | None = None, state: Path | None = None,
           engine_shm_prefixes: tuple[str, ...] = (), cgroup_roots: Iterable[Path] = ()) -> SweepReport:
     """Remove what dead runs left (see the module docstring); returns what was removed. ``cgroup_roots``: cgroup
