@@ -28,7 +28,7 @@ from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, ProcessCrashed, ProcessStopError
 from engine_fixtures.isolation import run_registry
 from engine_fixtures.isolation.cgroups import PREFIX
-from engine_fixtures.isolation.leaks import Leaks, LeakSnapshot, shm_held_by
+from engine_fixtures.isolation.leaks import Leaks, LeakSnapshot, shm_held_by_tree
 from engine_fixtures.isolation.sweep import others_who_may_own
 
 # /dev/shm names SGLang 0.5.16 and its libraries leave behind after a clean SIGTERM stop (seen on the H200 with
@@ -53,14 +53,6 @@ class _Live:
     handle: EngineHandle
     before: LeakSnapshot
     held: frozenset[str] = frozenset()  # /dev/shm names its processes were seen holding (at ready)
-
-
-def _tree_holds(handle: EngineHandle) -> frozenset[str]:
-    """What the engine's process tree has open or mapped in /dev/shm now."""
-    pids = {handle.pid}
-    with contextlib.suppress(psutil.Error):
-        pids.update(c.pid for c in psutil.Process(handle.pid).children(recursive=True))
-    return shm_held_by(pids)
 
 
 class EngineFactory:
@@ -149,14 +141,15 @@ class EngineFactory:
         with self._lock:
             self.started += 1
             workdir = self.workroot / f"{self.started:02d}-{spec.launch_key}"
+        seen: set[str] = set()  # what a start that fails was holding when it was stopped
         try:
             handle = start_engine(spec, workdir, deadline_s=self.deadline_s, python=self.python, port=port,
-                                  shm_min_free_mb=self.shm_min_free_mb, sandbox=self.sandbox)
+                                  shm_min_free_mb=self.shm_min_free_mb, sandbox=self.sandbox, shm_seen=seen)
         except BaseException:
-            self._check_leaks(spec, before)
+            self._check_leaks(spec, before, frozenset(seen))
             raise
         with self._lock:
-            self._live[spec.launch_key] = _Live(handle, before, _tree_holds(handle))
+            self._live[spec.launch_key] = _Live(handle, before, shm_held_by_tree(handle.pid))
         return handle
 
     def release(self, spec: EngineSpec) -> None:
@@ -164,7 +157,7 @@ class EngineFactory:
         entry = self._live.pop(spec.launch_key, None)
         if entry is None:
             return
-        held = entry.held | _tree_holds(entry.handle)  # before the stop: what it holds now is its own
+        held = entry.held | shm_held_by_tree(entry.handle.pid)  # before the stop: what it holds now is its own
         try:
             report = entry.handle.stop(self.stop_grace_s)
         finally:

@@ -80,6 +80,14 @@ def shm_held_by(pids: set[int] | frozenset[int]) -> frozenset[str]:
     return frozenset(n[len(prefix):].removesuffix(" (deleted)") for n in names if n.startswith(prefix))
 
 
+def shm_held_by_tree(pid: int) -> frozenset[str]:
+    """``shm_held_by`` process ``pid`` and its descendants."""
+    pids = {pid}
+    with contextlib.suppress(psutil.Error):
+        pids.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+    return shm_held_by(pids)
+
+
 def _ours(pids: set[int]) -> set[int]:
     """The subset of ``pids`` that is this process or one of its descendants."""
     me = psutil.Process()

@@ -107,4 +107,5 @@ def test_a_live_neighbours_segment_is_left_alone_and_the_engines_own_leftover_go
             assert neighbour.stdout is not None
             neighbour.stdin.close()  # the neighbour ends and unlinks its segment
             neighbour.stdout.read()  # EOF: it has exited
+            neighbour.stdout.close()
             neighbour.wait(timeout=30)
