@@ -14,6 +14,7 @@ process ignored SIGTERM for ``stop_grace_s`` is SIGKILLed, checked like any othe
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -185,8 +186,10 @@ class EngineFactory:
         processes were seen holding it (``held``: at ready and just before the stop), or if nobody else alive could
         have made it (``others_who_may_own``). Otherwise it may be a live neighbour's (another run on this box, a
         segment between its creator and its reader): it is left alone and said so, never unlinked nor blamed here."""
-        others = self._others()
-        leftovers = engine_leftovers(before.new_since(LeakSnapshot.take(cgroup_prefix(spec)), others))
+        # One look at /dev/shm for the whole check: a neighbour's segment held at one look and orphaned at the next
+        # (its engine crashed; its own check removes it) must not become this engine's leak in between.
+        leaks = before.new_since(LeakSnapshot.take(cgroup_prefix(spec)), self._others())
+        leftovers = engine_leftovers(leaks)
         unseen = tuple(n for n in leftovers if n not in held)
         who = others_who_may_own(self.state_dir) if unseen else []
         foreign = unseen if who else ()
@@ -200,7 +203,7 @@ class EngineFactory:
             shown = ", ".join(leftovers[:6]) + (f" and {len(leftovers) - 6} more" if len(leftovers) > 6 else "")
             self.on_finding(f"engine {spec.key} ({spec.arm}) left {len(leftovers)} /dev/shm segment(s) after its "
                             f"stop; the fixture removed them: {shown}")
-        before.assert_no_new(LeakSnapshot.take(cgroup_prefix(spec)), others, frozenset(foreign))
+        dataclasses.replace(leaks, shm=tuple(n for n in leaks.shm if n not in leftovers + foreign)).raise_if_any()
 
     def close(self) -> None:
         """Stop every live engine; the first error is raised after all were stopped."""

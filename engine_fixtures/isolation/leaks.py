@@ -158,6 +158,11 @@ class Leaks:
         lines += [f"  cgroup {path}" for path in self.cgroups]
         return "\n".join(lines)
 
+    def raise_if_any(self) -> None:
+        """LeakError listing every leaked item, if there is one."""
+        if self:
+            raise LeakError(_message(self))
+
     def reap(self, timeout_s: float = 10.0) -> None:
         """Remove what leaked: SIGKILL processes, unlink segments, empty and remove cgroups."""
         sigkill_and_wait([pid for pid, _ in self.processes], timeout_s)
@@ -210,9 +215,7 @@ class LeakSnapshot:
     def assert_no_new(self, after: LeakSnapshot | None = None, exclude_pids: frozenset[int] = frozenset(),
                       exclude_shm: frozenset[str] = frozenset()) -> None:
         """LeakError listing everything that appeared since this snapshot (see ``new_since``)."""
-        leaks = self.new_since(after or LeakSnapshot.take(self.cgroup_prefix), exclude_pids, exclude_shm)
-        if leaks:
-            raise LeakError(_message(leaks))
+        self.new_since(after or LeakSnapshot.take(self.cgroup_prefix), exclude_pids, exclude_shm).raise_if_any()
 
 
 def _created_by_us(path: Path) -> bool:
