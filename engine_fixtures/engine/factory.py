@@ -6,7 +6,9 @@ when its spec has no quota, and a later spec's quota is written to the live sand
 request counts are the load's, never the engine's. By default at most one engine is live (``max_live=1``):
 asking for another launch stops the previous one first, so two engines never compete for the GPU or the CPU
 quota. ``get_many(specs)`` starts the engines it needs concurrently (an A/B pair). After every stop the factory
-asserts that no process, /dev/shm segment or cgroup outlived it (``leaks.LeakSnapshot``). An engine whose server
+asserts that no process, /dev/shm segment or cgroup outlived it (``leaks.LeakSnapshot``); an owner-less engine
+segment is the engine's only when its processes were seen holding it or nobody else alive could have made it
+(``_check_leaks``), so another suite on the same box is never blamed nor cleaned up. An engine whose server
 process ignored SIGTERM for ``stop_grace_s`` is SIGKILLed, checked like any other, and then reported as
 ``ProcessStopError``: its shutdown is broken, and a test must not pass over that.
 """
