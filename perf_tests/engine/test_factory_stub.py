@@ -99,7 +99,9 @@ def test_a_live_neighbours_segment_is_left_alone_and_the_engines_own_leftover_go
         assert not (Path("/dev/shm") / pool).exists()
         assert (Path("/dev/shm") / them["segment"]).exists()
         assert any(pool in x and "the fixture removed them" in x and them["segment"] not in x for x in findings)
-        assert any("left alone 1 /dev/shm segment" in x and them["segment"] in x for x in findings), findings
+        # (other suites on this box may have segments left alone in the same finding)
+        assert any("left alone" in x and them["segment"] in x for x in findings), findings
+        assert not any(pool in x for x in findings if "left alone" in x), findings
     finally:
         f.close()
         if neighbour is not None:
