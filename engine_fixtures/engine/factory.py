@@ -199,7 +199,7 @@ class EngineFactory:
         if foreign:
             self.on_finding(f"engine {spec.key} ({spec.arm}): left alone {len(foreign)} /dev/shm segment(s) with no "
                             f"owner in their names that appeared while it ran but that none of its processes was "
-                            f"seen holding, as {who[0]} is alive and may own them: {', '.join(foreign[:6])}")
+                            f"seen holding, as {who[0]} is alive and may own them: {', '.join(foreign)}")
         if leftovers:
             Leaks(shm=leftovers).reap()
             shown = ", ".join(leftovers[:6]) + (f" and {len(leftovers) - 6} more" if len(leftovers) > 6 else "")
