@@ -45,6 +45,7 @@ from engine_fixtures.isolation.leaks import (
     find_cgroups,
     mapped_semaphores,
     semaphore_files,
+    shm_held_by,
     shm_holders,
 )
 from engine_fixtures.isolation.signals import sigkill_and_wait
@@ -169,7 +170,11 @@ def _rmdir(path: Path, deadline: float) -> str:
 
 
 def _remove_cgroups(me: owner.RunOwner, extra_roots: Iterable[Path]) -> tuple[set[str], set[owner.RunOwner],
-                                                                               list[int], list[str]]:
+                                                                               list[int], list[str], set[str]]:
+    """Dead runs' sandboxes: what is inside is SIGKILLed (with the /dev/shm names it held, for the caller to unlink
+    once nobody holds them: the process step may not have found it, e.g. a concurrent sweep's kill of the tree
+    raced this one's scan), then the directories go."""
+    held: set[str] = set()
     names: set[str] = set()
     runs: set[owner.RunOwner] = set()
     survivors: list[int] = []
@@ -180,15 +185,16 @@ def _remove_cgroups(me: owner.RunOwner, extra_roots: Iterable[Path]) -> tuple[se
             continue
         assert run is not None
         with contextlib.suppress(FileNotFoundError, ValueError):
-            survivors += sigkill_and_wait([int(x) for x in (path / "cgroup.procs").read_text().split()],
-                                          KILL_TIMEOUT_S)
+            inside = tuple(int(x) for x in (path / "cgroup.procs").read_text().split())
+            held |= shm_held_by(inside) | set(semaphore_files(mapped_semaphores(inside)))
+            survivors += sigkill_and_wait(inside, KILL_TIMEOUT_S)
         outcome = _rmdir(path, time.monotonic() + KILL_TIMEOUT_S)
         if outcome == "removed":
             names.add(path.name)
             runs.add(run)
         elif outcome == "stuck":
             stuck.append(str(path))
-    return names, runs, survivors, stuck
+    return names, runs, survivors, stuck, held
 
 
 def _half_written(directories: Iterable[Path], me: owner.RunOwner) -> tuple[list[str], set[owner.RunOwner]]:
@@ -276,7 +282,8 @@ def sweep(results_dir: Path | None = None, state: Path | None = None,
     held = {name for name, pids in (shm_holders().items() if victims else ()) if pids & set(victims)}
     held |= set(semaphore_files(mapped_semaphores(tuple(victims))))
     survivors = list(sigkill_and_wait(victims, KILL_TIMEOUT_S))
-    cgroup_names, cgroup_runs, more, stuck = _remove_cgroups(me, cgroup_roots)
+    cgroup_names, cgroup_runs, more, stuck, cgroup_held = _remove_cgroups(me, cgroup_roots)
+    held |= cgroup_held
     runs |= cgroup_runs
     survivors += more
 

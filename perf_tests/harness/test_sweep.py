@@ -230,7 +230,52 @@ def test_a_sandbox_another_sweep_removed_first_is_not_reported_stuck(tmp_path: P
     taken = v2 / f"perf-race-{dead.token}-abcdef"  # listed by this sweep, removed by the other one before the rmdir
     monkeypatch.setattr(sweep_module, "_sandboxes", lambda _roots: {taken})
     # The sweep's cgroup step alone: a whole sweep here would also take the dead runs of other suites on this box.
-    names, runs, _survivors, stuck = sweep_module._remove_cgroups(owner.current(), (v2,))
+    names, runs, _survivors, stuck, _held = sweep_module._remove_cgroups(owner.current(), (v2,))
     assert stuck == []  # the sweep's line would say "cgroups that would not go"
     assert names == set()  # nor removed by this sweep
     assert runs == set()
+
+
+MAPS_A_SEGMENT = """
+import mmap, os, sys
+fd = os.open("/dev/shm/" + sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+os.ftruncate(fd, 4096)
+mem = mmap.mmap(fd, 4096)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_segment_held_only_inside_a_dead_sandbox_goes_with_it(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The process step did not see the tree (a concurrent sweep's kill raced its scan, or the process carries no
+    marker): the cgroup step kills what is inside the dead run's sandbox, and what it held in /dev/shm goes too."""
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead = owner.RunOwner.of_pid(exited.pid)
+    exited.wait(timeout=30)
+    assert dead is not None
+    name = f"sgl_shm_sweeptest_{uuid.uuid4().hex[:12]}"
+    env = {k: v for k, v in os.environ.items() if k != owner.OWNER_ENV}
+    child = subprocess.Popen([sys.executable, "-c", MAPS_A_SEGMENT, name], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "ready\n"
+        sandbox = _fake_v2(tmp_path / "v2") / f"perf-race-{dead.token}-abcdef"
+        sandbox.mkdir()
+        (sandbox / "cgroup.procs").write_text(f"{child.pid}\n")
+        # This sweep only: its process step finds nothing, its cgroup step only this sandbox (a whole sweep here
+        # would also take other suites' dead runs on this box).
+        monkeypatch.setattr(sweep_module, "_dead_processes", lambda _me: {})
+        monkeypatch.setattr(sweep_module, "_sandboxes", lambda _roots: {sandbox})
+        report = sweep(None, None, ())
+        assert child.wait(timeout=30) == -signal.SIGKILL
+        assert report.cgroups == (sandbox.name,)
+        assert report.shm == (name,)
+        assert not (SHM_DIR / name).exists()
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+        for pipe in (child.stdin, child.stdout):
+            if pipe is not None:
+                pipe.close()
+        (SHM_DIR / name).unlink(missing_ok=True)
