@@ -31,14 +31,13 @@ from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, ProcessCrashed, ProcessStopError
 from engine_fixtures.isolation import run_registry
 from engine_fixtures.isolation.cgroups import PREFIX
-from engine_fixtures.isolation.leaks import Leaks, LeakSnapshot, shm_held_by_tree
-from engine_fixtures.isolation.sweep import others_who_may_own
+from engine_fixtures.isolation.leaks import OWNERLESS_PREFIXES, Leaks, LeakSnapshot, shm_held_by_tree
 
 # /dev/shm names SGLang 0.5.16 and its libraries leave behind after a clean SIGTERM stop (seen on the H200 with
 # cuda_ipc: the IPC pool's sync flags, torch's shared-CUDA ref counters, CUDA's IPC shm, the loads snapshot,
 # loky/multiprocessing semaphores). They are the engine's leak, not the suite's: the factory removes them and
 # reports them as a finding; anything else new is still a LeakError.
-ENGINE_SHM_PREFIXES = ("sgl_shm_", "sglang_", "torch_", "cuda.shm.", "sem.loky-", "sem.mp-")
+ENGINE_SHM_PREFIXES = OWNERLESS_PREFIXES
 
 
 def engine_leftovers(leaks: Leaks) -> tuple[str, ...]:
@@ -190,22 +189,19 @@ class EngineFactory:
         segment between its creator and its reader): it is left alone and said so, never unlinked nor blamed here."""
         # One look at /dev/shm for the whole check: a neighbour's segment held at one look and orphaned at the next
         # (its engine crashed; its own check removes it) must not become this engine's leak in between.
-        leaks = before.new_since(LeakSnapshot.take(cgroup_prefix(spec)), self._others())
+        leaks = before.new_since(LeakSnapshot.take(cgroup_prefix(spec)), self._others(), seen=held,
+                                 state=self.state_dir)
         leftovers = engine_leftovers(leaks)
-        unseen = tuple(n for n in leftovers if n not in held)
-        who = others_who_may_own(self.state_dir) if unseen else []
-        foreign = unseen if who else ()
-        leftovers = tuple(n for n in leftovers if n not in foreign)
-        if foreign:
-            self.on_finding(f"engine {spec.key} ({spec.arm}): left alone {len(foreign)} /dev/shm segment(s) with no "
-                            f"owner in their names that appeared while it ran but that none of its processes was "
-                            f"seen holding, as {who[0]} is alive and may own them: {', '.join(foreign)}")
+        if leaks.left_alone:
+            self.on_finding(f"engine {spec.key} ({spec.arm}): left alone {len(leaks.left_alone)} /dev/shm segment(s) "
+                            f"that appeared while it ran but that none of its processes was seen holding, as "
+                            f"{leaks.left_alone_for} is alive and may own them: {', '.join(leaks.left_alone)}")
         if leftovers:
             Leaks(shm=leftovers).reap()
             shown = ", ".join(leftovers[:6]) + (f" and {len(leftovers) - 6} more" if len(leftovers) > 6 else "")
             self.on_finding(f"engine {spec.key} ({spec.arm}) left {len(leftovers)} /dev/shm segment(s) after its "
                             f"stop; the fixture removed them: {shown}")
-        dataclasses.replace(leaks, shm=tuple(n for n in leaks.shm if n not in leftovers + foreign)).raise_if_any()
+        dataclasses.replace(leaks, shm=tuple(n for n in leaks.shm if n not in leftovers)).raise_if_any()
 
     def close(self) -> None:
         """Stop every live engine; the first error is raised after all were stopped."""

@@ -7,7 +7,9 @@ Contracts:
 - ``before.new_since(after) -> Leaks``: what exists in ``after`` but not in ``before`` and is ours:
   a new segment counts unless only processes outside this process's tree hold it (open or mapped), or it is
   one of the suite's own ``perf_<kind>_<creator pid>_<8 hex>`` whose creator is alive and not ours (another
-  run's segment in flight between its processes);
+  run's segment in flight between its processes), or nobody holds it, its name is an owner-less engine name
+  (``OWNERLESS_PREFIXES``: ``sgl_shm_*``, ...) this run was not seen holding (``seen``), and another perf run
+  (run registry) or an SGLang process outside this tree is alive and may own it (``Leaks.left_alone``);
   a new cgroup counts if this process created it (``CpuQuota``) or one of our processes is in it. So
   another test run on the same machine is neither blamed nor cleaned up.
 - ``before.assert_no_new(after=None)`` raises ``LeakError`` listing every leaked item.
@@ -30,11 +32,15 @@ from pathlib import Path
 import psutil
 
 from engine_fixtures.errors import LeakError
+from engine_fixtures.isolation import owner, run_registry
 from engine_fixtures.isolation.cgroup_mounts import CgroupMounts
 from engine_fixtures.isolation.cgroups import CREATED_HERE, PREFIX
 from engine_fixtures.isolation.signals import sigkill_and_wait
 
 SHM_DIR = Path("/dev/shm")
+# /dev/shm names SGLang and its libraries give (the engine factory's leftovers, ``ENGINE_SHM_PREFIXES``): they carry no
+# owner, so an unheld one is only blamed on this run when nothing else alive could have made it (``new_since``).
+OWNERLESS_PREFIXES = ("sgl_shm_", "sglang_", "torch_", "cuda.shm.", "sem.loky-", "sem.mp-")
 SUITE_SEGMENT = re.compile(r"perf_[a-z]+_(?P<pid>\d+)_[0-9a-f]{8}")  # transport.shm.new_segment_name and kin
 
 
@@ -86,6 +92,34 @@ def shm_held_by_tree(pid: int) -> frozenset[str]:
     with contextlib.suppress(psutil.Error):
         pids.update(c.pid for c in psutil.Process(pid).children(recursive=True))
     return shm_held_by(pids)
+
+
+def sglang_alive(skip: set[int]) -> list[str]:
+    """SGLang processes alive outside ``skip`` (by name or command line; not this suite's own)."""
+    alive = []
+    for p in psutil.process_iter(["pid", "name", "cmdline"]):
+        if p.pid in skip:
+            continue
+        text = " ".join([p.info["name"] or "", *(p.info["cmdline"] or [])])
+        if "sglang" in text and "engine_fixtures" not in text and "pytest" not in text:
+            alive.append(f"SGLang process {p.pid}")
+    return alive
+
+
+def others_who_may_own(state: Path | None) -> list[str]:
+    """Who, alive now besides this run, could have made an owner-less engine segment: the perf runs recorded in
+    ``state`` other than this one and the runs this process started or was started by (nested runs), and SGLang
+    processes outside this process's tree. Empty: only this run can have made it (the leak check's rule)."""
+    me = owner.current()
+    family = {os.getpid()}
+    with contextlib.suppress(psutil.Error):
+        this = psutil.Process()
+        family.update(p.pid for p in this.parents())
+        family.update(p.pid for p in this.children(recursive=True))
+    records = run_registry.records(state) if state is not None and (state / "runs").is_dir() else []
+    runs = [r.owner.describe() for r in records
+            if r.owner != me and r.pid not in family and r.owner.alive()]
+    return runs + sglang_alive(family)
 
 
 def _ours(pids: set[int]) -> set[int]:
@@ -148,6 +182,9 @@ class Leaks:
     shm: tuple[str, ...] = ()
     processes: tuple[tuple[int, str], ...] = ()  # (pid, command line)
     cgroups: tuple[Path, ...] = ()
+    # new unheld owner-less segments not counted: another live run may own them (``new_since``); who, for the message
+    left_alone: tuple[str, ...] = ()
+    left_alone_for: str = ""
 
     def __bool__(self) -> bool:
         return bool(self.shm or self.processes or self.cgroups)
@@ -191,14 +228,29 @@ class LeakSnapshot:
         return cls(shm, _descendants(), find_cgroups(cgroup_prefix), cgroup_prefix)
 
     def new_since(self, after: LeakSnapshot, exclude_pids: frozenset[int] = frozenset(),
-                  exclude_shm: frozenset[str] = frozenset()) -> Leaks:
+                  exclude_shm: frozenset[str] = frozenset(), seen: frozenset[str] = frozenset(),
+                  state: Path | None = None) -> Leaks:
         """What appeared since this snapshot; ``exclude_pids`` are processes that are still rightly alive (another
         live engine of the same run): they, and segments only they hold, are not leaks; ``exclude_shm``: segments
-        the caller knows are not this run's (another live run's)."""
+        the caller knows are not this run's. A new segment nobody holds is a leak, unless its name is an owner-less
+        engine name (``OWNERLESS_PREFIXES``) that this run's processes were not seen holding (``seen``) while
+        someone else alive could have made it (``others_who_may_own(state)``, default state dir when None): it is
+        then another live run's as likely as ours (``Leaks.left_alone``)."""
         holders = shm_holders() if after.shm - self.shm - exclude_shm else {}
-        shm = [n for n in after.shm - self.shm - exclude_shm
-               if (SHM_DIR / n).exists() and (not holders.get(n) or _ours(holders[n] - exclude_pids))
-               and not foreign_suite_segment(n)]
+        shm, left_alone, who = [], [], None
+        for n in sorted(after.shm - self.shm - exclude_shm):
+            if not (SHM_DIR / n).exists() or foreign_suite_segment(n):
+                continue
+            if holders.get(n):
+                if _ours(holders[n] - exclude_pids):
+                    shm.append(n)
+                continue
+            if n in seen or not n.startswith(OWNERLESS_PREFIXES):  # a name of the suite's own counts as before
+                shm.append(n)
+                continue
+            if who is None:
+                who = others_who_may_own(state if state is not None else run_registry.default_state_dir())
+            (left_alone if who else shm).append(n)
         cgroups = [p for p in after.cgroups - self.cgroups if p.exists() and _created_by_us(p)]
         procs = []
         for pid, _created in sorted(after.processes - self.processes):
@@ -210,7 +262,7 @@ class LeakSnapshot:
                 continue  # exited since: not a leak
             except psutil.AccessDenied:
                 procs.append((pid, "?"))
-        return Leaks(tuple(sorted(shm)), tuple(procs), tuple(sorted(cgroups)))
+        return Leaks(tuple(shm), tuple(procs), tuple(sorted(cgroups)), tuple(left_alone), who[0] if who else "")
 
     def assert_no_new(self, after: LeakSnapshot | None = None, exclude_pids: frozenset[int] = frozenset(),
                       exclude_shm: frozenset[str] = frozenset()) -> None:

@@ -45,6 +45,7 @@ from engine_fixtures.isolation.leaks import (
     find_cgroups,
     mapped_semaphores,
     semaphore_files,
+    sglang_alive,
     shm_held_by,
     shm_holders,
 )
@@ -241,33 +242,6 @@ def _orphaned_suite_segments() -> list[str]:
     return found
 
 
-def _sglang_alive(skip: set[int]) -> list[str]:
-    alive = []
-    for p in psutil.process_iter(["pid", "name", "cmdline"]):
-        if p.pid in skip:
-            continue
-        text = " ".join([p.info["name"] or "", *(p.info["cmdline"] or [])])
-        if "sglang" in text and "engine_fixtures" not in text and "pytest" not in text:
-            alive.append(f"SGLang process {p.pid}")
-    return alive
-
-
-def others_who_may_own(state: Path | None) -> list[str]:
-    """Who, alive now besides this run, could have made an owner-less engine segment: the perf runs recorded in
-    ``state`` other than this one and the runs this process started or was started by (nested runs), and SGLang
-    processes outside this process's tree. Empty: only this run can have made it (the leak check's rule)."""
-    me = owner.current()
-    family = {os.getpid()}
-    with contextlib.suppress(psutil.Error):
-        this = psutil.Process()
-        family.update(p.pid for p in this.parents())
-        family.update(p.pid for p in this.children(recursive=True))
-    records = run_registry.records(state) if state is not None and (state / "runs").is_dir() else []
-    runs = [r.owner.describe() for r in records
-            if r.owner != me and r.pid not in family and r.owner.alive()]
-    return runs + _sglang_alive(family)
-
-
 def sweep(results_dir: Path | None = None, state: Path | None = None,
           engine_shm_prefixes: tuple[str, ...] = (), cgroup_roots: Iterable[Path] = ()) -> SweepReport:
     """Remove what dead runs left (see the module docstring); returns what was removed. ``cgroup_roots``: cgroup
@@ -291,7 +265,7 @@ def sweep(results_dir: Path | None = None, state: Path | None = None,
     suite = [] if others_alive else _orphaned_suite_segments()
     shm = _unlink(_unheld(held | set(suite)))
     engine, kept = _engine_segments(engine_shm_prefixes, dead_records,
-                                    me, others_alive + _sglang_alive(set(victims)))
+                                    me, others_alive + sglang_alive(set(victims)))
     shm += engine
 
     dirs = [r.results_dir for r in dead_records] + ([str(results_dir)] if results_dir is not None else [])

@@ -182,3 +182,47 @@ def test_another_runs_suite_segment_in_flight_is_not_blamed() -> None:
         sigkill_and_wait([creator], 10)
         foreign.unlink(missing_ok=True)
         orphan.unlink(missing_ok=True)
+
+
+NEIGHBOUR = """
+import os, sys
+from pathlib import Path
+from engine_fixtures.isolation import owner, run_registry
+owner.claim()
+run_registry.register(Path(sys.argv[1]), Path(sys.argv[1]))
+print("ready", flush=True)
+sys.stdin.read()  # runs until the test closes the pipe
+"""
+
+
+def test_an_ownerless_engine_segment_is_not_blamed_while_another_run_may_own_it(tmp_path: Path) -> None:
+    """Another run on the box (setsid --fork: not this run's) is alive: an unheld SGLang-named segment that appeared
+    is left alone, not blamed; one this run was seen holding, and a name of the suite's own, still count."""
+    from engine_fixtures.isolation import run_registry
+
+    state = run_registry.state_dir(tmp_path / "state")
+    before = LeakSnapshot.take()
+    neighbour = subprocess.Popen(["setsid", "--fork", sys.executable, "-c", NEIGHBOUR, str(state)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    tag = uuid.uuid4().hex[:8]
+    names = [f"sgl_shm_leaktest_{tag}_theirs", f"sgl_shm_leaktest_{tag}_seen", f"perf-leaktest-{tag}"]
+    try:
+        assert neighbour.stdout is not None
+        assert neighbour.stdout.readline() == "ready\n"
+        for n in names:
+            (SHM_DIR / n).write_bytes(b"x")  # nobody holds any of them
+        leaks = before.new_since(LeakSnapshot.take(), seen=frozenset({names[1]}), state=state)
+        assert names[0] in leaks.left_alone
+        assert names[0] not in leaks.shm
+        assert leaks.left_alone_for  # who may own it
+        assert names[1] in leaks.shm
+        assert names[2] in leaks.shm
+    finally:
+        assert neighbour.stdin is not None
+        assert neighbour.stdout is not None
+        neighbour.stdin.close()
+        neighbour.stdout.read()
+        neighbour.stdout.close()
+        neighbour.wait(timeout=30)
+        for n in names:
+            (SHM_DIR / n).unlink(missing_ok=True)
