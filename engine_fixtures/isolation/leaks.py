@@ -7,9 +7,9 @@ Contracts:
 - ``before.new_since(after) -> Leaks``: what exists in ``after`` but not in ``before`` and is ours:
   a new segment counts unless only processes outside this process's tree hold it (open or mapped), or it is
   one of the suite's own ``perf_<kind>_<creator pid>_<8 hex>`` whose creator is alive and not ours (another
-  run's segment in flight between its processes), or nobody holds it, its name is an owner-less engine name
-  (``OWNERLESS_PREFIXES``: ``sgl_shm_*``, ...) this run was not seen holding (``seen``), and another perf run
-  (run registry) or an SGLang process outside this tree is alive and may own it (``Leaks.left_alone``);
+  run's segment in flight between its processes), or nobody holds it, its name carries no owner (SGLang's
+  ``sgl_shm_*``, ...), this run was not seen holding it (``seen``), and another perf run (run registry) or an
+  SGLang process outside this tree is alive and may own it (``Leaks.left_alone``);
   a new cgroup counts if this process created it (``CpuQuota``) or one of our processes is in it. So
   another test run on the same machine is neither blamed nor cleaned up.
 - ``before.assert_no_new(after=None)`` raises ``LeakError`` listing every leaked item.
@@ -38,8 +38,7 @@ from engine_fixtures.isolation.cgroups import CREATED_HERE, PREFIX
 from engine_fixtures.isolation.signals import sigkill_and_wait
 
 SHM_DIR = Path("/dev/shm")
-# /dev/shm names SGLang and its libraries give (the engine factory's leftovers, ``ENGINE_SHM_PREFIXES``): they carry no
-# owner, so an unheld one is only blamed on this run when nothing else alive could have made it (``new_since``).
+# /dev/shm names SGLang and its libraries give (the engine factory's leftovers it removes and reports).
 OWNERLESS_PREFIXES = ("sgl_shm_", "sglang_", "torch_", "cuda.shm.", "sem.loky-", "sem.mp-")
 SUITE_SEGMENT = re.compile(r"perf_[a-z]+_(?P<pid>\d+)_[0-9a-f]{8}")  # transport.shm.new_segment_name and kin
 
@@ -232,10 +231,11 @@ class LeakSnapshot:
                   state: Path | None = None) -> Leaks:
         """What appeared since this snapshot; ``exclude_pids`` are processes that are still rightly alive (another
         live engine of the same run): they, and segments only they hold, are not leaks; ``exclude_shm``: segments
-        the caller knows are not this run's. A new segment nobody holds is a leak, unless its name is an owner-less
-        engine name (``OWNERLESS_PREFIXES``) that this run's processes were not seen holding (``seen``) while
-        someone else alive could have made it (``others_who_may_own(state)``, default state dir when None): it is
-        then another live run's as likely as ours (``Leaks.left_alone``)."""
+        the caller knows are not this run's. A new segment nobody holds is a leak if this run's processes were seen
+        holding it (``seen``), if its name carries its creator (``perf_<kind>_<pid>_<hex>``, not another live
+        run's), or if nobody else alive could have made it (``others_who_may_own(state)``, default state dir when
+        None); else (an owner-less name: SGLang's ``sgl_shm_*``, ...) it is another live run's as likely as ours
+        (``Leaks.left_alone``), never blamed nor reaped here."""
         holders = shm_holders() if after.shm - self.shm - exclude_shm else {}
         shm, left_alone, who = [], [], None
         for n in sorted(after.shm - self.shm - exclude_shm):
@@ -245,7 +245,7 @@ class LeakSnapshot:
                 if _ours(holders[n] - exclude_pids):
                     shm.append(n)
                 continue
-            if n in seen or not n.startswith(OWNERLESS_PREFIXES):  # a name of the suite's own counts as before
+            if n in seen or SUITE_SEGMENT.fullmatch(n):  # seen held by us; or its name says whose it is
                 shm.append(n)
                 continue
             if who is None:
