@@ -124,6 +124,7 @@ def engine_factory(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPat
     session = get_session(pytestconfig)
     factory = EngineFactory(tmp_path_factory.mktemp("engines"), settings.engine_timeout,
                             on_finding=session.findings.append, sandbox=cgroup_support is None,
+                            state_dir=settings.state_dir,
                             max_live=1 if settings.reference is None else 2)  # an A/B pair is live at once
     try:
         yield factory

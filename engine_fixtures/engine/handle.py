@@ -31,6 +31,7 @@ from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, LeakError, MeasurementError, ProcessCrashed
 from engine_fixtures.isolation import roles
 from engine_fixtures.isolation.cgroups import CpuQuota
+from engine_fixtures.isolation.leaks import shm_held_by_tree
 from engine_fixtures.isolation.process import (
     LaunchSpec,
     StopReport,
@@ -241,8 +242,11 @@ def start_engine(
     port: int | None = None,
     shm_min_free_mb: float = SHM_MIN_FREE_MB,
     sandbox: bool = False,
+    shm_seen: set[str] | None = None,
 ) -> EngineHandle:
-    """Launch ``spec`` and wait until it is ready; see the module docstring for the error contract."""
+    """Launch ``spec`` and wait until it is ready; see the module docstring for the error contract. A start that
+    fails adds to ``shm_seen`` the /dev/shm names its tree held just before it was stopped (the leak check's
+    evidence that a leftover is this engine's)."""
     check_model_dir(Path(spec.model))
     require_shm_space(shm_min_free_mb)
     if port is None:
@@ -259,6 +263,7 @@ def start_engine(
         name=spec.name, cpus=spec.cpus
     )
     stack = ExitStack()
+    proc = None
     try:
         # sandbox=True: a cgroup even without a quota (unlimited, accounted), so a later scenario can set one live
         wanted = spec.cpu_quota is not None or sandbox
@@ -275,6 +280,8 @@ def start_engine(
         )
         handle._remember(p for pids in found.values() for p in pids)
     except BaseException:
+        if shm_seen is not None and proc is not None:  # before the stop: what the tree holds now is its own
+            shm_seen.update(shm_held_by_tree(proc.pid))
         stack.close()
         raise
     return handle

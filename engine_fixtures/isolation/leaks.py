@@ -7,7 +7,9 @@ Contracts:
 - ``before.new_since(after) -> Leaks``: what exists in ``after`` but not in ``before`` and is ours:
   a new segment counts unless only processes outside this process's tree hold it (open or mapped), or it is
   one of the suite's own ``perf_<kind>_<creator pid>_<8 hex>`` whose creator is alive and not ours (another
-  run's segment in flight between its processes);
+  run's segment in flight between its processes), or nobody holds it, its name carries no owner (SGLang's
+  ``sgl_shm_*``, ...), this run was not seen holding it (``seen``), and another perf run (run registry) or an
+  SGLang process outside this tree is alive and may own it (``Leaks.left_alone``);
   a new cgroup counts if this process created it (``CpuQuota``) or one of our processes is in it. So
   another test run on the same machine is neither blamed nor cleaned up.
 - ``before.assert_no_new(after=None)`` raises ``LeakError`` listing every leaked item.
@@ -30,11 +32,14 @@ from pathlib import Path
 import psutil
 
 from engine_fixtures.errors import LeakError
+from engine_fixtures.isolation import owner, run_registry
 from engine_fixtures.isolation.cgroup_mounts import CgroupMounts
 from engine_fixtures.isolation.cgroups import CREATED_HERE, PREFIX
 from engine_fixtures.isolation.signals import sigkill_and_wait
 
 SHM_DIR = Path("/dev/shm")
+# /dev/shm names SGLang and its libraries give (the engine factory's leftovers it removes and reports).
+OWNERLESS_PREFIXES = ("sgl_shm_", "sglang_", "torch_", "cuda.shm.", "sem.loky-", "sem.mp-")
 SUITE_SEGMENT = re.compile(r"perf_[a-z]+_(?P<pid>\d+)_[0-9a-f]{8}")  # transport.shm.new_segment_name and kin
 
 
@@ -63,6 +68,57 @@ def shm_holders() -> dict[str, set[int]]:
             if name.startswith(prefix):
                 holders.setdefault(name[len(prefix):].removesuffix(" (deleted)"), set()).add(pid)
     return holders
+
+
+def shm_held_by(pids: set[int] | frozenset[int]) -> frozenset[str]:
+    """The /dev/shm names that processes ``pids`` have open or mapped (gone pids skipped): what a tree is seen
+    holding while it lives, so a leftover can be told from another run's segment after it died."""
+    prefix = str(SHM_DIR) + "/"
+    names: set[str] = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    names.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
+            names.update(line.split(None, 5)[-1].strip() for line in maps if prefix in line)
+    return frozenset(n[len(prefix):].removesuffix(" (deleted)") for n in names if n.startswith(prefix))
+
+
+def shm_held_by_tree(pid: int) -> frozenset[str]:
+    """``shm_held_by`` process ``pid`` and its descendants."""
+    pids = {pid}
+    with contextlib.suppress(psutil.Error):
+        pids.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+    return shm_held_by(pids)
+
+
+def sglang_alive(skip: set[int]) -> list[str]:
+    """SGLang processes alive outside ``skip`` (by name or command line; not this suite's own)."""
+    alive = []
+    for p in psutil.process_iter(["pid", "name", "cmdline"]):
+        if p.pid in skip:
+            continue
+        text = " ".join([p.info["name"] or "", *(p.info["cmdline"] or [])])
+        if "sglang" in text and "engine_fixtures" not in text and "pytest" not in text:
+            alive.append(f"SGLang process {p.pid}")
+    return alive
+
+
+def others_who_may_own(state: Path | None) -> list[str]:
+    """Who, alive now besides this run, could have made an owner-less engine segment: the perf runs recorded in
+    ``state`` other than this one and the runs this process started or was started by (nested runs), and SGLang
+    processes outside this process's tree. Empty: only this run can have made it (the leak check's rule)."""
+    me = owner.current()
+    family = {os.getpid()}
+    with contextlib.suppress(psutil.Error):
+        this = psutil.Process()
+        family.update(p.pid for p in this.parents())
+        family.update(p.pid for p in this.children(recursive=True))
+    records = run_registry.records(state) if state is not None and (state / "runs").is_dir() else []
+    runs = [r.owner.describe() for r in records
+            if r.owner != me and r.pid not in family and r.owner.alive()]
+    return runs + sglang_alive(family)
 
 
 def _ours(pids: set[int]) -> set[int]:
@@ -125,6 +181,9 @@ class Leaks:
     shm: tuple[str, ...] = ()
     processes: tuple[tuple[int, str], ...] = ()  # (pid, command line)
     cgroups: tuple[Path, ...] = ()
+    # new unheld owner-less segments not counted: another live run may own them (``new_since``); who, for the message
+    left_alone: tuple[str, ...] = ()
+    left_alone_for: str = ""
 
     def __bool__(self) -> bool:
         return bool(self.shm or self.processes or self.cgroups)
@@ -134,6 +193,11 @@ class Leaks:
         lines += [f"  process {pid}: {cmd}" for pid, cmd in self.processes]
         lines += [f"  cgroup {path}" for path in self.cgroups]
         return "\n".join(lines)
+
+    def raise_if_any(self) -> None:
+        """LeakError listing every leaked item, if there is one."""
+        if self:
+            raise LeakError(_message(self))
 
     def reap(self, timeout_s: float = 10.0) -> None:
         """Remove what leaked: SIGKILL processes, unlink segments, empty and remove cgroups."""
@@ -162,13 +226,31 @@ class LeakSnapshot:
         shm = frozenset(os.listdir(SHM_DIR)) if SHM_DIR.is_dir() else frozenset()
         return cls(shm, _descendants(), find_cgroups(cgroup_prefix), cgroup_prefix)
 
-    def new_since(self, after: LeakSnapshot, exclude_pids: frozenset[int] = frozenset()) -> Leaks:
+    def new_since(self, after: LeakSnapshot, exclude_pids: frozenset[int] = frozenset(),
+                  exclude_shm: frozenset[str] = frozenset(), seen: frozenset[str] = frozenset(),
+                  state: Path | None = None) -> Leaks:
         """What appeared since this snapshot; ``exclude_pids`` are processes that are still rightly alive (another
-        live engine of the same run): they, and segments only they hold, are not leaks."""
-        holders = shm_holders() if after.shm - self.shm else {}
-        shm = [n for n in after.shm - self.shm
-               if (SHM_DIR / n).exists() and (not holders.get(n) or _ours(holders[n] - exclude_pids))
-               and not foreign_suite_segment(n)]
+        live engine of the same run): they, and segments only they hold, are not leaks; ``exclude_shm``: segments
+        the caller knows are not this run's. A new segment nobody holds is a leak if this run's processes were seen
+        holding it (``seen``), if its name carries its creator (``perf_<kind>_<pid>_<hex>``, not another live
+        run's), or if nobody else alive could have made it (``others_who_may_own(state)``, default state dir when
+        None); else (an owner-less name: SGLang's ``sgl_shm_*``, ...) it is another live run's as likely as ours
+        (``Leaks.left_alone``), never blamed nor reaped here."""
+        holders = shm_holders() if after.shm - self.shm - exclude_shm else {}
+        shm, left_alone, who = [], [], None
+        for n in sorted(after.shm - self.shm - exclude_shm):
+            if not (SHM_DIR / n).exists() or foreign_suite_segment(n):
+                continue
+            if holders.get(n):
+                if _ours(holders[n] - exclude_pids):
+                    shm.append(n)
+                continue
+            if n in seen or SUITE_SEGMENT.fullmatch(n):  # seen held by us; or its name says whose it is
+                shm.append(n)
+                continue
+            if who is None:
+                who = others_who_may_own(state if state is not None else run_registry.default_state_dir())
+            (left_alone if who else shm).append(n)
         cgroups = [p for p in after.cgroups - self.cgroups if p.exists() and _created_by_us(p)]
         procs = []
         for pid, _created in sorted(after.processes - self.processes):
@@ -180,13 +262,12 @@ class LeakSnapshot:
                 continue  # exited since: not a leak
             except psutil.AccessDenied:
                 procs.append((pid, "?"))
-        return Leaks(tuple(sorted(shm)), tuple(procs), tuple(sorted(cgroups)))
+        return Leaks(tuple(shm), tuple(procs), tuple(sorted(cgroups)), tuple(left_alone), who[0] if who else "")
 
-    def assert_no_new(self, after: LeakSnapshot | None = None, exclude_pids: frozenset[int] = frozenset()) -> None:
+    def assert_no_new(self, after: LeakSnapshot | None = None, exclude_pids: frozenset[int] = frozenset(),
+                      exclude_shm: frozenset[str] = frozenset()) -> None:
         """LeakError listing everything that appeared since this snapshot (see ``new_since``)."""
-        leaks = self.new_since(after or LeakSnapshot.take(self.cgroup_prefix), exclude_pids)
-        if leaks:
-            raise LeakError(_message(leaks))
+        self.new_since(after or LeakSnapshot.take(self.cgroup_prefix), exclude_pids, exclude_shm).raise_if_any()
 
 
 def _created_by_us(path: Path) -> bool:

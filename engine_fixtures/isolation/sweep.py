@@ -27,7 +27,10 @@ is the one line a session prints ("" when nothing was found).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +45,8 @@ from engine_fixtures.isolation.leaks import (
     find_cgroups,
     mapped_semaphores,
     semaphore_files,
+    sglang_alive,
+    shm_held_by,
     shm_holders,
 )
 from engine_fixtures.isolation.signals import sigkill_and_wait
@@ -136,25 +141,41 @@ def _sandboxes(extra_roots: Iterable[Path]) -> set[Path]:
     return found
 
 
-def _rmdir(path: Path) -> bool:
-    """rmdir a cgroup. On cgroupfs its control files go with it; a directory that only looks like one (a copy, or
-    a test's fake tree) needs its plain files removed first, which cgroupfs refuses (EPERM) and so never harms."""
-    try:
-        path.rmdir()
-    except OSError:
+def _rmdir(path: Path, deadline: float) -> str:
+    """rmdir a cgroup: "removed", "gone" (another run's sweep removed it first: two runs sweep the same dead run at
+    once) or "stuck". EBUSY is retried every 50 ms until ``deadline``: a SIGKILLed task leaves its cgroup only once
+    its exit completes. On cgroupfs the control files go with the directory; one that only looks like a cgroup (a
+    copy, or a test's fake tree) needs its plain files removed first, which cgroupfs refuses (EPERM) and so never
+    harms."""
+    while True:
+        try:
+            path.rmdir()
+            return "removed"
+        except FileNotFoundError:
+            return "gone"
+        except OSError as exc:
+            if exc.errno == errno.EBUSY and time.monotonic() < deadline:
+                threading.Event().wait(0.05)
+                continue
         with contextlib.suppress(OSError):
             for f in path.iterdir():
                 if f.is_file():
                     f.unlink()
         try:
             path.rmdir()
+        except FileNotFoundError:
+            return "gone"
         except OSError:
-            return False
-    return True
+            return "stuck"
+        return "removed"
 
 
 def _remove_cgroups(me: owner.RunOwner, extra_roots: Iterable[Path]) -> tuple[set[str], set[owner.RunOwner],
-                                                                               list[int], list[str]]:
+                                                                               list[int], list[str], set[str]]:
+    """Dead runs' sandboxes: what is inside is SIGKILLed (with the /dev/shm names it held, for the caller to unlink
+    once nobody holds them: the process step may not have found it, e.g. a concurrent sweep's kill of the tree
+    raced this one's scan), then the directories go."""
+    held: set[str] = set()
     names: set[str] = set()
     runs: set[owner.RunOwner] = set()
     survivors: list[int] = []
@@ -165,14 +186,16 @@ def _remove_cgroups(me: owner.RunOwner, extra_roots: Iterable[Path]) -> tuple[se
             continue
         assert run is not None
         with contextlib.suppress(FileNotFoundError, ValueError):
-            survivors += sigkill_and_wait([int(x) for x in (path / "cgroup.procs").read_text().split()],
-                                          KILL_TIMEOUT_S)
-        if _rmdir(path):
+            inside = tuple(int(x) for x in (path / "cgroup.procs").read_text().split())
+            held |= shm_held_by(inside) | set(semaphore_files(mapped_semaphores(inside)))
+            survivors += sigkill_and_wait(inside, KILL_TIMEOUT_S)
+        outcome = _rmdir(path, time.monotonic() + KILL_TIMEOUT_S)
+        if outcome == "removed":
             names.add(path.name)
             runs.add(run)
-        else:
+        elif outcome == "stuck":
             stuck.append(str(path))
-    return names, runs, survivors, stuck
+    return names, runs, survivors, stuck, held
 
 
 def _half_written(directories: Iterable[Path], me: owner.RunOwner) -> tuple[list[str], set[owner.RunOwner]]:
@@ -219,17 +242,6 @@ def _orphaned_suite_segments() -> list[str]:
     return found
 
 
-def _sglang_alive(skip: set[int]) -> list[str]:
-    alive = []
-    for p in psutil.process_iter(["pid", "name", "cmdline"]):
-        if p.pid in skip:
-            continue
-        text = " ".join([p.info["name"] or "", *(p.info["cmdline"] or [])])
-        if "sglang" in text and "engine_fixtures" not in text and "pytest" not in text:
-            alive.append(f"SGLang process {p.pid}")
-    return alive
-
-
 def sweep(results_dir: Path | None = None, state: Path | None = None,
           engine_shm_prefixes: tuple[str, ...] = (), cgroup_roots: Iterable[Path] = ()) -> SweepReport:
     """Remove what dead runs left (see the module docstring); returns what was removed. ``cgroup_roots``: cgroup
@@ -244,7 +256,8 @@ def sweep(results_dir: Path | None = None, state: Path | None = None,
     held = {name for name, pids in (shm_holders().items() if victims else ()) if pids & set(victims)}
     held |= set(semaphore_files(mapped_semaphores(tuple(victims))))
     survivors = list(sigkill_and_wait(victims, KILL_TIMEOUT_S))
-    cgroup_names, cgroup_runs, more, stuck = _remove_cgroups(me, cgroup_roots)
+    cgroup_names, cgroup_runs, more, stuck, cgroup_held = _remove_cgroups(me, cgroup_roots)
+    held |= cgroup_held
     runs |= cgroup_runs
     survivors += more
 
@@ -252,7 +265,7 @@ def sweep(results_dir: Path | None = None, state: Path | None = None,
     suite = [] if others_alive else _orphaned_suite_segments()
     shm = _unlink(_unheld(held | set(suite)))
     engine, kept = _engine_segments(engine_shm_prefixes, dead_records,
-                                    me, others_alive + _sglang_alive(set(victims)))
+                                    me, others_alive + sglang_alive(set(victims)))
     shm += engine
 
     dirs = [r.results_dir for r in dead_records] + ([str(results_dir)] if results_dir is not None else [])

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -9,8 +13,10 @@ import pytest
 
 from engine_fixtures.engine.factory import EngineFactory, cgroup_prefix
 from engine_fixtures.engine.spec import EngineSpec
+from engine_fixtures.isolation import run_registry
 from engine_fixtures.isolation.cgroups import probe_quota_support
 from engine_fixtures.isolation.leaks import LeakSnapshot
+from engine_fixtures.isolation.signals import sigkill_and_wait
 from engine_fixtures.model.modeldir import write_model_dir
 
 STUB = ("-m", "engine_fixtures.testing.stub_engine")
@@ -53,3 +59,55 @@ def test_engine_tree_runs_inside_its_cpu_quota_and_the_cgroup_is_removed(model: 
     finally:
         f.close()
     assert not cgroup.exists()
+
+
+NEIGHBOUR = """
+import json, os, sys
+from pathlib import Path
+from engine_fixtures.isolation import owner, run_registry
+owner.claim()
+run_registry.register(Path(sys.argv[1]), Path(sys.argv[1]))
+name = f"sgl_shm_neighbour_{os.getpid()}"
+Path("/dev/shm", name).write_bytes(b"x")  # made and closed: nobody holds it until its reader opens it
+print(json.dumps({"pid": os.getpid(), "segment": name}), flush=True)
+sys.stdin.read()  # runs until the test closes the pipe
+Path("/dev/shm", name).unlink(missing_ok=True)
+"""
+
+
+def test_a_live_neighbours_segment_is_left_alone_and_the_engines_own_leftover_goes(model: Path,
+                                                                                  tmp_path: Path) -> None:
+    """Another run on the box (not started by this one: setsid --fork re-parents it) makes an SGLang-named segment
+    while this engine runs; the engine is SIGKILLed, so its own pool leaks. The stop's leak check removes and
+    reports the pool (its processes held it) and leaves the neighbour's segment alone, blaming nothing on it."""
+    state = run_registry.state_dir(tmp_path / "state")
+    findings: list[str] = []
+    f = EngineFactory(tmp_path / "engines", deadline_s=60.0, on_finding=findings.append, state_dir=state)
+    spec = EngineSpec(model, launcher=STUB, name="stub", proof=False, extra_args=("--stub-shm-mb", "1"))
+    neighbour = None
+    try:
+        h = f.get(spec)
+        pool = next(n for n in os.listdir("/dev/shm") if n.startswith("sgl_shm_stub_") and n in h.log_tail())
+        neighbour = subprocess.Popen(["setsid", "--fork", sys.executable, "-c", NEIGHBOUR, str(state)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert neighbour.stdout is not None
+        them = json.loads(neighbour.stdout.readline())
+        assert them["pid"] not in {p.pid for p in psutil.Process().children(recursive=True)}
+        sigkill_and_wait([h.pid], 10)  # the engine dies without unlinking its pool
+        assert (Path("/dev/shm") / pool).exists()
+        f.release(spec)  # no LeakError: the neighbour's segment is not this engine's
+        assert not (Path("/dev/shm") / pool).exists()
+        assert (Path("/dev/shm") / them["segment"]).exists()
+        assert any(pool in x and "the fixture removed them" in x and them["segment"] not in x for x in findings)
+        # (other suites on this box may have segments left alone in the same finding)
+        assert any("left alone" in x and them["segment"] in x for x in findings), findings
+        assert not any(pool in x for x in findings if "left alone" in x), findings
+    finally:
+        f.close()
+        if neighbour is not None:
+            assert neighbour.stdin is not None
+            assert neighbour.stdout is not None
+            neighbour.stdin.close()  # the neighbour ends and unlinks its segment
+            neighbour.stdout.read()  # EOF: it has exited
+            neighbour.stdout.close()
+            neighbour.wait(timeout=30)

@@ -4,8 +4,10 @@ Faults: crash before ready; crash mid-load; SIGTERM ignored; port taken; missing
 read-only cgroup tree: EROFS from the kernel; or a v1 child quota above its parent's: EINVAL); /dev/shm nearly
 full (a 64 MiB tmpfs at /dev/shm in a private mount namespace); a start slower than the deadline. Each must
 surface as the error class and message that name it, within its deadline, never as a pass. Afterwards nothing
-may be left: processes (by the soak's own environment marker, so orphans re-parented to init count too),
-/dev/shm entries, cgroups, ports, temp directories (the soak's private TMPDIR). Every cycle's engine maps a
+of the soak's may be left: processes (by its own environment marker, so orphans re-parented to init count too),
+its engines' /dev/shm pools (by the names they logged), its cgroups (by this run's owner token), its ports (a
+listener of its own), temp directories (its private TMPDIR); what another suite on the box has is not counted.
+Every cycle's engine maps a
 1 MiB SGLang-named segment, so a crash can leak one; the fixture must remove and report it.
 
 The short form (12 cycles, every fault at least once) runs in CI; the full 100 cycles are marked slow+soak.
@@ -31,8 +33,15 @@ import pytest
 from engine_fixtures.engine.factory import EngineFactory
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, ProcessCrashed, ProcessStartError, ProcessStopError, QuotaNotPermitted
-from engine_fixtures.isolation.cgroups import CpuQuota, configure_parent, configured_parent, probe_quota_support
-from engine_fixtures.isolation.leaks import SHM_DIR, LeakSnapshot, find_cgroups
+from engine_fixtures.isolation import owner
+from engine_fixtures.isolation.cgroups import (
+    CpuQuota,
+    configure_parent,
+    configured_parent,
+    owner_of_sandbox,
+    probe_quota_support,
+)
+from engine_fixtures.isolation.leaks import SHM_DIR, find_cgroups
 from engine_fixtures.loadgen.stream import LoadStream
 from engine_fixtures.loadgen.workload import WorkloadSpec
 from engine_fixtures.model.modeldir import write_model_dir
@@ -45,6 +54,7 @@ SEED = 15
 READY_S, SLOW_READY_S, GRACE_S = 30.0, 3.0, 1.0
 FAULTS = ("crash-before-ready", "crash-mid-load", "sigterm-ignored", "port-taken", "missing-model",
           "quota-refused", "shm-nearly-full", "slow-start")
+POOL_RE = re.compile(r"stub_engine: shm pool /dev/shm/(sgl_shm_stub_[0-9a-f]+)")
 WORKLOAD = WorkloadSpec(num_requests=4, concurrency=2, images_per_request=0, output_tokens=8, request_timeout_s=20.0)
 
 
@@ -177,18 +187,22 @@ class Soak:
             f"{expect.deadline_s:g} s; got {error} after {elapsed:.1f} s: {_shorten(message)}")
         return Cycle(index, fault, error, round(elapsed, 2), matched and in_time, why)
 
-    def leftovers(self, before: LeakSnapshot, tmpdir: Path) -> dict[str, list[str]]:
+    def pools(self) -> set[str]:
+        """The /dev/shm pools this soak's engines made (each stub prints its pool's name into its log): the only
+        segments a cycle can leak in /dev/shm (the nearly-full cycle's /dev/shm is a private tmpfs). By name, not
+        by what is new in /dev/shm: another suite on this box makes its own segments meanwhile."""
+        return {m for log in self.root.rglob("*.log") for m in POOL_RE.findall(log.read_text(errors="replace"))}
+
+    def leftovers(self, tmpdir: Path) -> dict[str, list[str]]:
         marked = [p for p in psutil.pids() if _has_marker(p, self.marker)]
         with contextlib.suppress(psutil.Error):  # orphans of a crashed tree exit on EOF: give them a moment
             psutil.wait_procs([psutil.Process(p) for p in marked if psutil.pid_exists(p)], timeout=10)
-        after = LeakSnapshot.take()
-        new_shm = sorted(set(before.new_since(after).shm) |
-                         {n for n in after.shm - before.shm if n.startswith("sgl_shm_stub_")})
+        run = owner.current()  # every sandbox of this soak carries this run's token (another suite's carry theirs)
         return {
             "processes": [str(p) for p in psutil.pids() if _has_marker(p, self.marker)],
-            "shm": [n for n in new_shm if (SHM_DIR / n).exists()],
-            "cgroups": [str(p) for p in find_cgroups("perf-soak-")],
-            "ports": [str(p) for p in _listening(self.ports)],
+            "shm": sorted(n for n in self.pools() if (SHM_DIR / n).exists()),
+            "cgroups": [str(p) for p in find_cgroups("perf-soak-") if owner_of_sandbox(p.name) == run],
+            "ports": [str(p) for p in _listening(self.ports, self.marker)],
             "temp_dirs": sorted(p.name for p in tmpdir.iterdir()),
         }
 
@@ -197,10 +211,12 @@ def _shorten(text: str, keep: int = 700) -> str:
     return text if len(text) <= 2 * keep else f"{text[:keep]} [...] {text[-keep:]}"
 
 
-def _listening(ports: set[int]) -> list[int]:
-    """Ports someone still listens on (a port in TIME_WAIT after a crash cannot be bound, but is not leaked)."""
+def _listening(ports: set[int], marker: str) -> list[int]:
+    """This soak's ports one of its processes still listens on (a port in TIME_WAIT after a crash cannot be bound,
+    but is not leaked; another suite's engine may have been given the same port since)."""
     return sorted({c.laddr.port for c in psutil.net_connections(kind="tcp")
-                   if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port in ports})
+                   if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port in ports
+                   and (c.pid is None or _has_marker(c.pid, marker))})
 
 
 def _has_marker(pid: int, marker: str) -> bool:
@@ -231,14 +247,13 @@ def test_soak(cycles: int, tmp_path: Path, private_tmp: Path, capsys: pytest.Cap
         pytest.skip(f"the soak makes its faults with real mounts and cgroups: it {no_root}")
     model = write_model_dir(tmp_path / "model" / "qwen-tiny", "tiny")
     quota = probe_quota_support() is None
-    before = LeakSnapshot.take()
     with contextlib.ExitStack() as stack:
         ro_tree = stack.enter_context(faults.ReadOnlyCgroupTree(tmp_path / "ro-cgroup"))
         outer = stack.enter_context(CpuQuota(0.5, name="soakouter")) if quota else None
         v1_parent = outer.path if outer is not None and outer.version == 1 else None
         soak = Soak(tmp_path, model, quota, ro_tree, v1_parent)
         results = [soak.cycle(i, fault) for i, fault in enumerate(plan(cycles))]
-    left = soak.leftovers(before, private_tmp)
+    left = soak.leftovers(private_tmp)
     worst = max(results, key=lambda c: c.elapsed_s)
     per_fault = {f: max(c.elapsed_s for c in results if c.fault == f) for f in FAULTS if any(c.fault == f
                                                                                          for c in results)}
