@@ -18,6 +18,7 @@ from typing import Any
 
 from engine_fixtures import sglang_version
 from engine_fixtures.sglang_plugin.proof_file import Recorder
+from engine_fixtures.transport.arms import COPY_ARMS
 
 MM_UTILS = sglang_version.MM_UTILS_MODULE
 IPC_MODULES = sglang_version.CUDA_IPC_MODULES
@@ -56,7 +57,7 @@ def classify_copy(init: Callable[..., Any]) -> str:
     the innermost function (following ``__wrapped__``) decides, never a label set by the patcher.
     """
     label = getattr(init, "__perf_copy_arm__", None)
-    if label in ("torch", "buffer"):
+    if label in COPY_ARMS:
         return str(label)
     seen = 0
     while hasattr(init, "__wrapped__") and seen < 8:  # through counting wrappers to the code that copies

@@ -35,11 +35,12 @@ from typing import Any
 
 from engine_fixtures import sglang_version
 from engine_fixtures.errors import ConfigError
+from engine_fixtures.transport.arms import COPY_ARMS
 
 MODULE = sglang_version.MM_UTILS_MODULE
 CLASS_NAME = sglang_version.SHM_CLASS
 TESTED_VERSIONS = sglang_version.SUPPORTED
-ARMS = ("torch", "buffer")
+ARMS = COPY_ARMS  # the registry's copy arms (transport.arms)
 _ORIGINAL_ATTR = "_perf_original_init"
 _ARM_ATTR = "_perf_copy_arm"
 _COPY_RE = re.compile(
