@@ -53,7 +53,7 @@ def test_engine_under_a_quota_until_the_runner_is_killed(tmp_path, perf_settings
 NEXT = """
 import json
 from pathlib import Path
-from engine_fixtures.report.run_guard import GUARD_KEY
+from engine_fixtures.session.run_guard import GUARD_KEY
 
 def test_next(request):
     r = request.config.stash[GUARD_KEY].report
