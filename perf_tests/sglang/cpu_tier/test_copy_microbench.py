@@ -16,8 +16,10 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from engine_fixtures.cpu_tier.copyloop import MB, measure_under_quota
+from engine_fixtures.cpu_tier.copyloop import MB, under_quota_until_decided
 from engine_fixtures.isolation.leaks import foreign_suite_segment
+from engine_fixtures.judge.paired import judge_invariant
+from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.transport.arms import COPY_ARMS
 from engine_fixtures.transport.shm import ShmTensor, list_segments, sweep_stale
 
@@ -61,16 +63,21 @@ def test_copy_in_process_is_bytewise_and_leaves_no_segment(arm: str, mb: float, 
                                      pytest.param(64, id="threads=64", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("mb", QUOTA_SIZES)
 @pytest.mark.parametrize("quota", [0.5, pytest.param(1.0, marks=pytest.mark.slow)], ids=lambda q: f"quota={q}")
-def test_copy_under_quota(quota: float, mb: float, threads: int, perf_invariant) -> None:  # type: ignore[no-untyped-def]
+def test_copy_under_quota(quota: float, mb: float, threads: int,  # type: ignore[no-untyped-def]
+                          perf_settings, perf_invariant) -> None:
     if CPUS < 2:
         pytest.skip("one visible CPU: torch's copy does not fan out, there is no penalty to show")
+    label = f"buffer >= 1.05x torch, {mb:g} MB copies, quota {quota:g}, {threads} threads"
     # each arm's round copies ~600 MB (~0.3 s of CPU): several 100 ms CFS periods, so the quota really binds
-    rounds, copies = 5, max(10, int(600 / mb))
+    budget = Budget(perf_settings.repeats, perf_settings.repeats, perf_settings.max_repeats)
+
+    def undecided(samples: dict[str, list[float]], alpha: float) -> bool:
+        verdict = judge_invariant(label, "copy_per_s", samples["torch"], samples["buffer"], 1.05, paired=True,
+                                  alpha=alpha)
+        return verdict.status == "inconclusive"
+
     try:
-        out = measure_under_quota(mb, threads, quota, rounds, copies)
+        out = under_quota_until_decided(mb, threads, quota, max(10, int(600 / mb)), budget, undecided)
     finally:
         sweep_stale(PREFIX)
-    assert out["threads"] == threads
-    assert len(out["torch"]) == len(out["buffer"]) == rounds
-    perf_invariant(f"buffer >= 1.05x torch, {mb:g} MB copies, quota {quota:g}, {threads} threads", "copy_per_s",
-                   out["torch"], out["buffer"], 1.05, paired=True)
+    perf_invariant(label, "copy_per_s", out["torch"], out["buffer"], 1.05, paired=True, alpha=budget.alpha_per_look())
