@@ -10,6 +10,7 @@ A release that accepts one of these inputs fails here (strict): then drop it fro
 from __future__ import annotations
 
 import importlib
+import os
 import pickle
 import warnings
 
@@ -52,10 +53,13 @@ def wrap_expecting_rejection(tensor: torch.Tensor, finding: str) -> None:
 def test_sglang_copy_path_still_rejects(finding: str) -> None:
     make, error, match = FINDINGS[finding]
     tensor = make()
-    before = list_segments(SGLANG_PREFIX)
+    # SGLang names its segments sgl_shm_mm_<creator pid>_<hex>: only this process's count (a suite beside this one
+    # makes its own; a loaded CI run went red on a neighbour's segment appearing meanwhile)
+    ours = f"{SGLANG_PREFIX}{os.getpid()}_"
+    before = list_segments(ours)
     with pytest.raises(error, match=match):
         wrap_expecting_rejection(tensor, finding)
-    assert list_segments(SGLANG_PREFIX) == before, f"a failed {finding} left a segment behind"
+    assert list_segments(ours) == before, f"a failed {finding} left a segment behind"
 
 
 def test_a_plain_tensor_crosses_through_shm() -> None:

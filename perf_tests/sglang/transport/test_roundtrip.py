@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 
 import pytest
 import torch
@@ -41,7 +42,8 @@ def sglang_known_failure(transport: TransportArm, case: Case) -> str | None:
 
 
 def segments(transport: TransportArm) -> frozenset[str]:
-    return frozenset().union(*(list_segments(p) for p in transport.prefixes))
+    """This process's segments of the arm (names carry the creator's pid: a neighbouring suite makes its own)."""
+    return frozenset().union(*(list_segments(f"{p}{os.getpid()}_") for p in transport.prefixes))
 
 
 def check_roundtrip(consumer, transport: TransportArm, case: Case) -> None:
