@@ -52,37 +52,32 @@ def _descendants() -> frozenset[tuple[int, float]]:
     return frozenset(out)
 
 
+def _shm_names_of(pid: int) -> set[str]:
+    """The /dev/shm names process ``pid`` has open or mapped (none if it is gone or unreadable)."""
+    prefix = str(SHM_DIR) + "/"
+    paths: set[str] = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                paths.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
+        paths.update(line.split(None, 5)[-1].strip() for line in maps if prefix in line)
+    return {p[len(prefix):].removesuffix(" (deleted)") for p in paths if p.startswith(prefix)}
+
+
 def shm_holders() -> dict[str, set[int]]:
     """/dev/shm name -> pids that have it open or mapped (from /proc/<pid>/fd and /proc/<pid>/maps)."""
     holders: dict[str, set[int]] = {}
-    prefix = str(SHM_DIR) + "/"
     for pid in psutil.pids():
-        names: set[str] = set()
-        with contextlib.suppress(OSError):
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                with contextlib.suppress(OSError):
-                    names.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
-            names.update(line.split(None, 5)[-1].strip() for line in maps if prefix in line)
-        for name in names:
-            if name.startswith(prefix):
-                holders.setdefault(name[len(prefix):].removesuffix(" (deleted)"), set()).add(pid)
+        for name in _shm_names_of(pid):
+            holders.setdefault(name, set()).add(pid)
     return holders
 
 
 def shm_held_by(pids: set[int] | frozenset[int]) -> frozenset[str]:
     """The /dev/shm names that processes ``pids`` have open or mapped (gone pids skipped): what a tree is seen
     holding while it lives, so a leftover can be told from another run's segment after it died."""
-    prefix = str(SHM_DIR) + "/"
-    names: set[str] = set()
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                with contextlib.suppress(OSError):
-                    names.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
-            names.update(line.split(None, 5)[-1].strip() for line in maps if prefix in line)
-    return frozenset(n[len(prefix):].removesuffix(" (deleted)") for n in names if n.startswith(prefix))
+    return frozenset().union(*(_shm_names_of(pid) for pid in pids))
 
 
 def shm_held_by_tree(pid: int) -> frozenset[str]:
