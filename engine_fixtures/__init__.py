@@ -1,6 +1,8 @@
 """SGLang serving performance regression suite: library and pytest plugin.
 
-What a test author uses imports from here (loaded on first use, so the plugin stays light)::
+What a test author uses imports from here (loaded on first use, so the plugin stays light, and imported by
+name only, so the package imports none of its modules and no module's ``from engine_fixtures import ...`` closes
+a loop through it)::
 
     from engine_fixtures import EngineScenario, Invariant, CounterBound, known_regression, SHM_COPY
 
@@ -11,7 +13,7 @@ The plugin (``engine_fixtures.plugin``) only wires hooks; everything else lives 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 __version__ = "0.1.0"
 
@@ -50,17 +52,3 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
     globals()[name] = value
     return value
-
-
-if TYPE_CHECKING:
-    from engine_fixtures.cpu_tier.arms import CpuTierArm
-    from engine_fixtures.engine.handle import EngineHandle
-    from engine_fixtures.engine.spec import EngineSpec
-    from engine_fixtures.errors import ConfigError, InvariantViolated, MeasurementError
-    from engine_fixtures.loadgen.workload import WorkloadSpec
-    from engine_fixtures.scenarios.cpu_tier import CpuTierScenario
-    from engine_fixtures.scenarios.engine import EngineScenario
-    from engine_fixtures.scenarios.invariants import CounterBound, Invariant
-    from engine_fixtures.session.marks import known_regression
-    from engine_fixtures.sglang_version import IPC_CACHE_OFF, PP_MICROBATCH_CAP, SHM_COPY, KnownRegression
-    from engine_fixtures.sglang_version import installed as installed_sglang

@@ -1,6 +1,7 @@
 """The layering rules of docs/ARCHITECTURE.md, checked against the code's own imports (every ``import``, also
-inside functions): each unit imports only units on lower layers; only the entry points and ``session/`` import
-pytest; no product unit imports ``testing/``."""
+inside functions and under ``TYPE_CHECKING``): each unit imports only units on lower layers; only the entry points
+and ``session/`` import pytest; no product unit imports ``testing/``; no module imports itself through others
+(``from engine_fixtures import x`` counts as importing the package too)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,64 @@ def violations() -> list[str]:
                 found.append(f"{where}:{line} imports {name}: {unit!r} ({LAYERS[-1 - LAYER_OF[unit]][0]}) may only "
                              f"import lower layers, and {target!r} is on {LAYERS[-1 - LAYER_OF[target]][0]!r}")
     return found
+
+
+def module_graph(package: Path) -> dict[str, set[str]]:
+    """module -> the package's modules it imports (a package's ``__init__`` is the package itself)."""
+    def name(path: Path) -> str:
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    files = {name(p): p for p in package.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for mod, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            else:
+                continue
+            for target in targets:
+                while target and target not in files:
+                    target = target.rpartition(".")[0]
+                if target and target != mod:
+                    graph[mod].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    found, state, path = [], {}, []
+
+    def visit(mod: str) -> None:
+        state[mod] = "open"
+        path.append(mod)
+        for dep in sorted(graph[mod]):
+            if state.get(dep) == "open":
+                found.append([*path[path.index(dep):], dep])
+            elif dep not in state:
+                visit(dep)
+        path.pop()
+        state[mod] = "done"
+
+    for mod in sorted(graph):
+        if mod not in state:
+            visit(mod)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    assert [" -> ".join(c) for c in cycles(module_graph(PACKAGE))] == []
+
+
+def test_the_cycle_check_counts_the_package_and_local_imports(tmp_path: Path) -> None:
+    fake = tmp_path / "engine_fixtures"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("from typing import TYPE_CHECKING\n"
+                                      "if TYPE_CHECKING:\n    from engine_fixtures.a import x\n")
+    (fake / "a.py").write_text("def f():\n    from engine_fixtures import b\n")
+    (fake / "b.py").write_text("x = 1\n")
+    assert cycles(module_graph(fake)) == [["engine_fixtures", "engine_fixtures.a", "engine_fixtures"]]
 
 
 def test_every_unit_has_a_layer() -> None:
