@@ -26,6 +26,10 @@ wide to exclude it is ``inconclusive``, at the budget too.
 Family (``gate_alpha``): a scenario's gating metrics share ``FAMILY_ALPHA`` (Bonferroni over metrics and sides)
 so that a whole clean run goes red at most 1 time in 20.
 
+Contrast (two arms of one live engine in mirrored blocks, ``decide_contrast``): the history gate's rule with the
+run's own blocks as the noise and a margin the candidate may lose by (``bound``); always decided once the blocks
+resolve the metric's contrast ceiling.
+
 Bound (a same-run invariant "ratio >= bound", ``decide_bound``): regression when the one-sided interval
 of the ratio lies below the bound, pass when it lies above, inconclusive while it straddles it.
 """
@@ -187,6 +191,45 @@ def decide_bound(log_ratios: Sequence[float], bound: float, alpha: float = ALPHA
     effect = target - float(r.mean())
     se = float(r.std(ddof=1)) / math.sqrt(p)
     return _bound_decision(effect, se, p - 1, bound, alpha, "more rounds")
+
+
+def decide_contrast(block_effects: Sequence[float], sign: float, margin: float, floor: float, ceiling: float,
+                    budget: int, alpha: float = ALPHA, beta: float = BETA) -> Decision:
+    """Two arms of one live engine: per-block ``mean log(candidate) - mean log(reference)`` (judged scale), the
+    candidate allowed to be worse by ``margin`` (judged scale: ``-log(bound)`` for "candidate >= bound x reference",
+    0 for "no worse"). The same rule as the history gate, with the run's own blocks as the noise::
+
+        T = max(floor, margin + t(1-alpha) se)      flagged beyond this (the candidate worse than the margin allows)
+        D = T + t(1-beta) se                        the promise: a candidate worse by D is caught with >= 1-beta
+        regression    if effect > T
+        pass          if effect <= T and D - margin <= ceiling   (a candidate better than the reference passes too)
+        inconclusive  otherwise: too few blocks, or an interval too wide to promise within ``ceiling``
+
+    No between-engine term enters: both arms ran on the same engine instance, interleaved in mirrored blocks, so
+    the instance's offset cancels. ``budget`` (the most blocks the runner measures) only enters the message."""
+    r = sign * np.asarray(block_effects, dtype=float)
+    r = r[np.isfinite(r)]
+    p = r.size
+    if p < MIN_BLOCKS:
+        effect = float(r.mean()) if p else math.nan
+        return Decision("inconclusive", effect, math.nan, math.nan, math.nan, None,
+                        f"{p} mirrored block(s); a contrast needs >= {MIN_BLOCKS}")
+    sd = float(r.std(ddof=1))
+    effect = float(r.mean())
+    df = p - 1
+    se = sd / math.sqrt(p)
+    threshold = max(floor, margin + q(1 - alpha, df) * se)
+    detectable = threshold + q(1 - beta, df) * se
+    if effect > threshold:
+        return Decision("regression", effect, se, df, threshold, detectable)
+    if detectable - margin <= ceiling:
+        return Decision("pass", effect, se, df, threshold, detectable)
+    per_block = (q(1 - alpha, df) + q(1 - beta, df)) * sd
+    need = math.ceil((per_block / ceiling) ** 2) if ceiling > 0 else p + 1
+    return Decision("inconclusive", effect, se, df, threshold, detectable,
+                    f"{p} blocks (se {se:.3g}) resolve {detectable - margin:.3g} beyond the margin, wider than the "
+                    f"{ceiling:.3g} a contrast may promise (judged scale); about {max(need, p + 1)} blocks would "
+                    f"(budget {budget})")
 
 
 MIN_INSTANCES = 2  # engine instances per arm before an unpaired invariant can judge anything

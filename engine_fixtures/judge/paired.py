@@ -1,4 +1,5 @@
-"""Paired and same-run judgements as verdict rows: the A/B (``judge_ab``) and the invariants (``judge_invariant``)."""
+"""Paired and same-run judgements as verdict rows: the A/B (``judge_ab``), the contrasts between arms of one live
+engine (``judge_contrast``) and the invariants (``judge_invariant``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,16 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from engine_fixtures.judge.decide import ALPHA, BETA, decide_bound, decide_bound_unpaired, decide_paired, gate_alpha, q
+from engine_fixtures.judge.decide import (
+    ALPHA,
+    BETA,
+    decide_bound,
+    decide_bound_unpaired,
+    decide_contrast,
+    decide_paired,
+    gate_alpha,
+    q,
+)
 from engine_fixtures.judge.gating import gates
 from engine_fixtures.judge.metrics import Metric, metric
 from engine_fixtures.judge.rows import Verdict, as_diagnostic, level, message, with_interval, worse_change
@@ -47,6 +57,49 @@ def judge_ab(m: Metric | str, reference: Sequence[float], candidate: Sequence[fl
                               m.scale.name), m, d, a)
     gate = gates(m.name, arm) if arm is not None else m.gates
     return v if gate or not v.is_verdict else as_diagnostic(v, "not a gate of this scenario")
+
+
+def judge_contrast(label: str, m: Metric | str, reference: Sequence[float], candidate: Sequence[float],
+                   block_effects: Sequence[float], *, bound: float = 1.0, budget: int, alpha: float = ALPHA,
+                   floor: float | None = None, family: int = 1, ceiling: float | None = None) -> Verdict:
+    """``candidate >= bound x reference`` in ``m``'s good direction, for two arms of one live engine measured in the
+    same mirrored blocks (``block_effects``: one ``mean log(cand) - mean log(ref)`` per block, from
+    ``judge.blocks``). ``pass`` names what it excludes: ``catches`` is the change against the reference (the margin
+    the bound allows plus what the blocks resolve) that this run would have flagged with probability >= 90 %.
+    ``ceiling`` (judged scale; default the metric's ``ab_detect``) is the widest resolution a pass may have;
+    ``family`` metrics of one contrast share ``alpha``."""
+    m = m if isinstance(m, Metric) else metric(m)
+    if m.direction == "none":
+        raise ValueError(f"{m.name} has no direction; a contrast needs a higher/lower metric")
+    if not bound > 0:
+        raise ValueError(f"contrast {label}: bound must be > 0, got {bound}")
+    a = gate_alpha(alpha, family)
+    ref, cur = level(m, reference), level(m, candidate)
+    if m.scale.name == "log":
+        margin = max(0.0, -math.log(bound))
+    else:  # a ratio bound on a linear metric: the allowed loss in the metric's unit, at the reference's level
+        margin = max(0.0, (1.0 - bound) * abs(ref))
+    d = decide_contrast(block_effects, m.sign, margin, m.floor_size(floor),
+                        m.ab_size() if ceiling is None else ceiling, budget, alpha=a)
+    raw = float(np.mean(block_effects)) if len(block_effects) else math.nan
+    log = m.scale.name == "log"
+    delta = math.expm1(raw) if log else raw
+    rule = f">= {bound:g}x reference" if bound != 1.0 else "no worse than the reference"
+    head = f"{m.name} {label}: {cur:.4g} vs {ref:.4g} {m.unit}"
+    if len(block_effects) >= 2 and math.isfinite(d.se):
+        half = d.se * q(0.975, d.df)
+        head += (f", paired ratio {math.exp(raw):.3f}x (95% CI {math.exp(raw - half):.3f}-{math.exp(raw + half):.3f}x)"
+                 if log else f", paired difference {raw:+.3g} (95% CI {raw - half:+.3g}..{raw + half:+.3g}) {m.unit}")
+    head += f" over {len(block_effects)} mirrored blocks on one engine; candidate {rule}"
+    if d.status == "inconclusive":
+        msg = f"{head}: inconclusive: {d.reason}"
+    else:
+        caught = f"{worse_change(m, d.detectable):.1%}" if log else f"{d.detectable:.3g} {m.unit}"
+        msg = f"{head}: {'holds' if d.status == 'pass' else 'violated'} (catches {caught} worse than the reference)"
+    v = Verdict(m.name, d.status, "paired", ref, cur, delta,
+                worse_change(m, d.detectable) if d.detectable is not None else None, None, len(block_effects), msg,
+                m.scale.name)
+    return with_interval(v, m, d, a)
 
 
 def judge_invariant(label: str, m: Metric | str, reference: Sequence[float], current: Sequence[float],

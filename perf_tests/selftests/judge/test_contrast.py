@@ -1,0 +1,112 @@
+"""Contrasts between arms of one live engine: mirrored blocks, per-block effects, the decision and what it promises."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from engine_fixtures.errors import ConfigError
+from engine_fixtures.judge.blocks import block_effect, effects_by_block, mirrored, visits
+from engine_fixtures.judge.decide import decide_contrast
+from engine_fixtures.judge.paired import judge_contrast
+from engine_fixtures.scenarios.engine import EngineScenario
+from engine_fixtures.scenarios.live import Arm, Contrast, LiveGroup
+from engine_fixtures.scenarios.live_runs import contrast_verdicts, plan
+
+
+def test_a_block_is_a_palindrome_so_a_linear_drift_cancels() -> None:
+    block = mirrored(["a", "b", "c"])
+    assert block == ["a", "b", "c", "c", "b", "a"]
+    drift = {m: [] for m in "abc"}
+    for t, m in enumerate(block):
+        drift[m].append(100 + 3.0 * t)  # the same arm everywhere, a clock that drifts linearly
+    means = {m: float(np.mean(v)) for m, v in drift.items()}
+    assert means["a"] == means["b"] == means["c"]
+    with pytest.raises(ValueError, match="distinct"):
+        mirrored(["a", "a"])
+
+
+def test_consecutive_windows_of_one_arm_are_one_visit() -> None:
+    assert visits([mirrored(["a", "b"]), mirrored(["a", "b"])]) == [("a", 1), ("b", 2), ("a", 2), ("b", 2), ("a", 1)]
+    assert plan(["a", "b"], 3, 2) == [("a", [3]), ("b", [3, 3]), ("a", [3, 4]), ("b", [4, 4]), ("a", [4])]
+
+
+def test_block_effect_is_the_log_ratio_and_skips_unusable_blocks() -> None:
+    assert block_effect("requests_per_s", [10.0, 10.0], [11.0]) == pytest.approx(math.log(1.1))
+    assert block_effect("requests_per_s", [], [1.0]) is None
+    assert block_effect("requests_per_s", [0.0], [1.0]) is None
+    effects = effects_by_block("requests_per_s", [10, 10, 20], [0, 0, 1], [11, 22, 5], [0, 1, 2])
+    assert effects == pytest.approx([math.log(1.1), math.log(1.1)])  # block 2 has no reference window
+
+
+def test_contrast_decides_a_real_difference_and_a_null_one() -> None:
+    rng = np.random.default_rng(7)
+    null = rng.normal(0.0, 0.01, 8)
+    d = decide_contrast(null, sign=1.0, margin=0.0, floor=0.01, ceiling=0.10, budget=15)
+    assert d.status == "pass"
+    assert d.detectable > d.threshold > 0  # the pass names what it excludes
+    worse = rng.normal(0.08, 0.01, 8)
+    assert decide_contrast(worse, 1.0, 0.0, 0.01, 0.10, 15).status == "regression"
+    # allowed to lose 10 %: an 8 % loss holds, a 30 % loss does not
+    assert decide_contrast(worse, 1.0, math.log(1 / 0.9), 0.01, 0.10, 15).status == "pass"
+    assert decide_contrast(rng.normal(0.3, 0.01, 8), 1.0, math.log(1 / 0.9), 0.01, 0.10, 15).status == "regression"
+
+
+def test_contrast_is_undecided_on_too_few_or_too_noisy_blocks() -> None:
+    d = decide_contrast([0.01, -0.01], 1.0, 0.0, 0.01, 0.10, 15)
+    assert d.status == "inconclusive"
+    assert "needs >= 3" in d.reason
+    noisy = [0.4, -0.4, 0.3, -0.3]
+    d = decide_contrast(noisy, 1.0, 0.0, 0.01, 0.10, 15)
+    assert d.status == "inconclusive"
+    assert "blocks would" in d.reason
+
+
+def test_judge_contrast_row_says_the_bound_the_ratio_and_what_it_catches() -> None:
+    ref = [20.0] * 6
+    cand = [14.0] * 6
+    effects = [math.log(14 / 20) + e for e in (0.01, -0.01, 0.0, 0.005, -0.005, 0.0)]
+    v = judge_contrast("stock vs buffer", "requests_per_s", ref, cand, effects, bound=0.9, budget=15)
+    assert v.status == "regression"
+    assert "0.700x" in v.message
+    assert "violated" in v.message
+    same = judge_contrast("buffer vs torch", "requests_per_s", ref, ref,
+                          [0.01, -0.01, 0.0, 0.005, -0.005, 0.0], budget=15)
+    assert same.status == "pass"
+    assert same.detectable is not None
+    assert 0 < same.detectable < 0.10
+    assert "catches" in same.message
+
+
+def _group() -> LiveGroup:
+    return LiveGroup("g", EngineScenario("g", transport="cpu"),
+                     arms=(Arm("buffer", copy="buffer"), Arm("stock"), Arm("slow", patches=(("slow-scheduler", 1.0),))),
+                     contrasts=(Contrast("stock vs buffer", "buffer", "stock", 0.9),
+                                Contrast("slow vs stock", "stock", "slow")))
+
+
+def test_group_declarations_are_checked_and_families_follow_the_arms() -> None:
+    g = _group()
+    assert "cpu_s_per_request.http_server" in g.families(g.contrasts[0])
+    assert "cpu_s_per_request.scheduler" in g.families(g.contrasts[1])
+    with pytest.raises(ConfigError, match="names arm"):
+        LiveGroup("x", EngineScenario("x"), arms=(Arm("a"), Arm("b")), contrasts=(Contrast("c", "a", "z"),))
+    with pytest.raises(ConfigError, match="IPC cache"):
+        LiveGroup("x", EngineScenario("x"), arms=(Arm("a"), Arm("b", ipc_cache="off")))
+    with pytest.raises(ConfigError, match="threads"):
+        Arm("bad", threads=0)
+
+
+def test_contrast_verdicts_judge_each_measured_family() -> None:
+    g = _group()
+    rng = np.random.default_rng(3)
+    windows = {}
+    for arm, rate in (("buffer", 20.0), ("stock", 12.0), ("slow", 12.0)):
+        windows[arm] = tuple((b, {"requests_per_s": rate * float(np.exp(rng.normal(0, 0.01))),
+                                  "tpot_p50_ms": 4.3 * float(np.exp(rng.normal(0, 0.01)))})
+                             for b in range(6) for _ in range(2))
+    rows = contrast_verdicts(g, g.contrasts[0], windows, budget=15, alpha=0.01)
+    assert {r.metric for r in rows} == {"requests_per_s", "tpot_p50_ms"}  # GPU and CPU were not measured here
+    assert {r.metric: r.status for r in rows} == {"requests_per_s": "regression", "tpot_p50_ms": "pass"}
