@@ -8,12 +8,17 @@ Contract:
   raised by the producer, never a result.
 - JSON: ``to_json()``/``from_json()`` are exact inverses; ``ResultsFile`` carries ``format_version``
   and refuses unknown versions with a ``BaselineError`` that names the fix.
+- ``ResultsFile.dumps()``: sorted keys, 2-space indent, except that a list of numbers inside a list (a table row,
+  such as the per-request rows of ``metadata["requests"]``, ``scenarios.segment.window_requests``) stays on one
+  line: a run's thousands of request records cost a few hundred kB, not megabytes of indentation. The same JSON
+  either way, so files written before this layout read the same.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +32,15 @@ RESULTS_FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 
 Samples = Mapping[str, tuple[float, ...]]
+
+# An indented list of numbers that starts its own line, i.e. an element of a list (a dict's list follows its key
+# on the key's line). JSON strings hold no raw newline, so the match never reaches into one.
+_NUMBER = r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
+_ROW = re.compile(rf"^(?P<indent> *)\[\n(?P<items>(?: *{_NUMBER},\n)* *{_NUMBER})\n *\]", re.MULTILINE)
+
+
+def _rows_on_one_line(text: str) -> str:
+    return _ROW.sub(lambda m: m["indent"] + "[" + ", ".join(x.strip() for x in m["items"].split(",\n")) + "]", text)
 
 
 def _freeze_samples(
@@ -149,7 +163,8 @@ class ResultsFile:
         }
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
+        """The file's text: sorted keys, 2-space indent, table rows on one line (the module docstring)."""
+        return _rows_on_one_line(json.dumps(self.to_json(), indent=2, sort_keys=True)) + "\n"
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], source: str = "<data>") -> ResultsFile:

@@ -69,3 +69,26 @@ def test_unknown_version_and_garbage_name_the_file(tmp_path: Path) -> None:
         ResultsFile.load(p)
     with pytest.raises(BaselineError, match="does not exist"):
         ResultsFile.load(tmp_path / "missing.json")
+
+
+def with_requests() -> ResultsFile:
+    """A run whose metadata keeps two windows' request rows (as ``scenarios.segment.window_requests`` writes)."""
+    rows = [[round(0.1 * i, 4), round(0.1 * i + 0.05, 4), round(0.1 * i + 0.65, 4), 32] for i in range(40)]
+    windows = [{"origin_s": 1000.0, "t0_s": 1.3 + 3 * k, "t1_s": 4.3 + 3 * k,
+                "columns": ["sent_s", "first_token_s", "end_s", "output_tokens"], "rows": rows} for k in range(2)]
+    r = RunResult("engine/x", {"copy": "torch"}, {"requests_per_s": (24.6, 24.7)},
+                  metadata={"requests": windows, "cpus": [0, 1, 2], "command": "pytest -k 'a[1, 2]'"})
+    return ResultsFile(results=(r,), machine_key="gpu-test", date="2025-01-01T00:00:00+00:00")
+
+
+def test_request_rows_are_written_one_per_line_and_read_back_exactly() -> None:
+    f = with_requests()
+    text = f.dumps()
+    assert ResultsFile.from_json(json.loads(text)) == f
+    lines = text.splitlines()
+    assert sum(line.strip().startswith("[0.1, 0.15, 0.75, 32]") for line in lines) == 2  # a row is one line
+    assert '"cpus": [\n' in text  # a dict's list of numbers keeps the indented layout (the golden one)
+    assert "pytest -k 'a[1, 2]'" in text  # strings are never touched
+    plain = json.dumps(f.to_json(), indent=2, sort_keys=True) + "\n"
+    assert json.loads(plain) == json.loads(text)  # files in the fully indented layout read the same
+    assert len(text) < 0.5 * len(plain)
