@@ -122,8 +122,8 @@ def _diag(name: str, unit: str, description: str) -> Metric:
 
 _ALL: tuple[Metric, ...] = (
     # Throughput (bigger is better). ``ab``: the A/B promise; ``most``: the widest pooled promise that gates.
-    _m("requests_per_s", "req/s", "higher", LOG, 0.03, "completed requests per second in the window",
-       ab=0.10, most=0.50),
+    _m("requests_per_s", "req/s", "higher", LOG, 0.03, "requests per second in the window, by each request's "
+       "share of its lifetime inside it", ab=0.10, most=0.50),
     _m("output_tokens_per_s", "tok/s", "higher", LOG, 0.03, "generated tokens per second over the window",
        gates=False, ab=0.10, most=0.50),  # the same windows' req/s times a fixed output length: counted once
     _m("copy_per_s", "copies/s", "higher", LOG, 0.03, "SHM tensor copies per second", ab=0.10, most=0.50),
@@ -154,6 +154,8 @@ _ALL: tuple[Metric, ...] = (
     _diag("throttled_ratio", "ratio", "nr_throttled / nr_periods over the window"),
     _diag("scheduling_delay_p99_ms", "ms", "p99 delay from a request's due time to its send"),
     _diag("achieved_concurrency", "req", "mean in-flight requests actually achieved"),
+    _diag("requests_per_s_counted", "req/s", "completed requests in the window over its length (whole lockstep "
+          "bursts: quantized)"),
     _diag("client_loop_lag_p99_ms", "ms", "p99 lateness of the load client's event-loop probe over its segment"),
     _diag("running_requests_mean", "req", "mean running requests the scheduler reported while loaded"),
 )

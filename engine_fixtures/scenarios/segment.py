@@ -2,17 +2,24 @@
 
 ``measure_segment(engine, stream, plan)`` runs ``plan.warmup_s`` of closed-loop load (never measured), then
 ``plan.windows`` windows of ``plan.window_s`` seconds with no pause between them, then the drain. The samplers
-(CPU per role, GPU utilisation, running requests) run over the whole segment and are cut at the window marks;
-a request belongs to the window in which it finished. Values per window:
+(CPU per role, GPU utilisation, running requests) run over the whole segment and are cut at the window marks.
+Values per window (``window_values``):
 
-- ``requests_per_s``, ``output_tokens_per_s`` (completions in the window over its length), ``ttft_p50_ms``,
-  ``ttft_p99_ms``, ``tpot_p50_ms`` of the requests that finished in it;
-- ``cpu_s_per_request.<role>`` (the role's CPU seconds in the window over its completions),
-  ``cpu_share_of_quota.<role>`` under a quota, ``cpu_cores.<role>`` as a diagnostic;
+- ``requests_per_s``: the time-weighted progress rate (each request adds the share of its lifetime inside the
+  window; ``loadgen.stream.progress_rate`` says why: completions come in lockstep bursts, so a count per window is
+  quantized); ``requests_per_s_counted`` (completions in the window over its length) as a diagnostic;
+  ``output_tokens_per_s`` (tokens by their own timestamps inside the window, ``loadgen.stream.tokens_in``);
+- ``ttft_p50_ms``, ``ttft_p99_ms``, ``tpot_p50_ms`` of the requests that finished in the window;
+- ``cpu_s_per_request.<role>`` (the role's CPU seconds in the window over the requests' progress in it, the
+  continuous count above), ``cpu_share_of_quota.<role>`` under a quota, ``cpu_cores.<role>`` as a diagnostic;
 - ``gpu_util_mean``; ``running_requests_max`` and ``running_requests_mean``;
 - the CUDA IPC arm's ``ipc_opens_per_image`` and ``rebuild_ms_per_image`` from the proof counters, read once
   around the segment (the same value for each of its windows);
 - diagnostics ``achieved_concurrency`` (time-weighted requests in flight) and ``client_loop_lag_p99_ms``.
+
+``window_requests(seg, t0, t1)`` keeps the requests behind a window (every one whose lifetime overlaps it, as
+``REQUEST_COLUMNS`` rows relative to the segment's first send, with the window marks), so that any estimator can
+be recomputed from a results file; ``stored_window`` reads one back.
 
 A window with no completed request is a ``MeasurementError``, never a 0 ms latency. A segment the client limited
 (concurrency not reached, or its event loop lagging) is measured again, up to ``CLIENT_BOUND_ATTEMPTS`` times,
@@ -22,12 +29,15 @@ then a ``MeasurementError``. An engine that dies under the load is ``ProcessCras
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.errors import MeasurementError, ProcessCrashed
+from engine_fixtures.loadgen.records import RequestRecord
 from engine_fixtures.loadgen.stream import LoadStream, Segment
 from engine_fixtures.loadgen.workload import WorkloadSpec
 from engine_fixtures.sampling.base import SamplerSet
@@ -112,14 +122,17 @@ def measure_segment(engine: EngineHandle, stream: LoadStream, plan: SegmentPlan,
 
 def window_values(seg: Segment, samplers: SamplerSet, t0: float, t1: float,
                   counters: dict[str, float]) -> dict[str, float]:
+    """The metric values of the window ``[t0, t1)`` (absolute times) of ``seg`` (see the module docstring)."""
     done = seg.completed_in(t0, t1)
     span = t1 - t0
     if not done:
         raise MeasurementError(f"zero completed requests in the window [{t0 - seg.start:.2f}, {t1 - seg.start:.2f}] "
                                f"s of a segment against {seg.url}: the engine served nothing (stalled?); see its log")
+    rate = seg.progress_rate(t0, t1)  # > 0: a request that finished in the window spent some of its life in it
     ttft = np.asarray([r.ttft_s for r in done]) * 1000
     tpot = [t for r in done if (t := r.tpot_s) is not None]
-    values = {"requests_per_s": len(done) / span, "output_tokens_per_s": sum(r.output_tokens for r in done) / span,
+    values = {"requests_per_s": rate, "requests_per_s_counted": len(done) / span,
+              "output_tokens_per_s": seg.output_tokens_in(t0, t1) / span,
               "ttft_p50_ms": float(np.percentile(ttft, 50)), "ttft_p99_ms": float(np.percentile(ttft, 99)),
               "achieved_concurrency": seg.in_flight_mean(t0, t1)}
     if tpot:
@@ -135,7 +148,7 @@ def window_values(seg: Segment, samplers: SamplerSet, t0: float, t1: float,
         if parts[0] == "cpu" and parts[-1] == "cores":
             values[f"cpu_cores.{parts[1]}"] = value
             if value > 0 and parts[1] in JUDGED_ROLES:  # an idle role has no CPU per request (and zero no log)
-                values[f"cpu_s_per_request.{parts[1]}"] = value * span / len(done)
+                values[f"cpu_s_per_request.{parts[1]}"] = value / rate  # cores * span / (rate * span)
         elif parts[0] == "cpu" and parts[-1] == "share_of_quota" and parts[1] in JUDGED_ROLES:
             values[f"cpu_share_of_quota.{parts[1]}"] = value
     if "gpu.util.mean" in cut:
@@ -148,3 +161,43 @@ def window_values(seg: Segment, samplers: SamplerSet, t0: float, t1: float,
         values["ipc_opens_per_image"] = counters.get("ipc_opens", 0.0) / rebuilds
         values["rebuild_ms_per_image"] = 1000 * counters.get("ipc_rebuild_s", 0.0) / rebuilds
     return values
+
+
+REQUEST_COLUMNS = ("sent_s", "first_token_s", "end_s", "output_tokens")
+_DECIMALS = 4  # stored times in 0.1 ms steps
+
+
+def window_requests(seg: Segment, t0: float, t1: float) -> dict[str, Any]:
+    """The requests behind the window ``[t0, t1)`` (absolute times), JSON-ready, for ``RunResult.metadata``:
+
+        {"origin_s": 1234.5678,      # CLOCK_MONOTONIC s of the segment's first send (Segment.start): the origin
+                                     # of every time below; the windows of one segment share it
+         "t0_s": 3.0, "t1_s": 6.0,   # the window marks, relative to the origin
+         "columns": ["sent_s", "first_token_s", "end_s", "output_tokens"],
+         "rows": [[2.6012, 2.6391, 3.3107, 128], ...]}   # every request whose lifetime overlaps the window
+
+    Times are rounded to 0.1 ms. A request that spans two windows of a segment appears in both (the same
+    ``origin_s`` and row). From the rows, ``stored_window`` rebuilds records the window's counted and continuous
+    rates, TTFT and TPOT are computed from (token times other than the first are not kept)."""
+    lo, hi = t0 - seg.start, t1 - seg.start
+    rows = [[round(r.sent_s, _DECIMALS), round(r.token_times_s[0] if r.token_times_s else r.end_s, _DECIMALS),
+             round(r.end_s, _DECIMALS), r.output_tokens] for r in seg.records if r.sent_s < hi and r.end_s >= lo]
+    return {"origin_s": round(seg.start, _DECIMALS), "t0_s": round(lo, _DECIMALS), "t1_s": round(hi, _DECIMALS),
+            "columns": list(REQUEST_COLUMNS), "rows": rows}
+
+
+def stored_window(window: Mapping[str, Any]) -> tuple[float, float, tuple[RequestRecord, ...]]:
+    """``window_requests``'s inverse: the window marks and its requests as records (``index`` the row, the first
+    token the only token time). ``ValueError`` names what is wrong with a malformed entry."""
+    try:
+        columns, rows = tuple(window["columns"]), window["rows"]
+        lo, hi = float(window["t0_s"]), float(window["t1_s"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"a stored window needs t0_s, t1_s, columns and rows (as window_requests writes): {exc!r}"
+                         ) from None
+    if columns != REQUEST_COLUMNS:
+        raise ValueError(f"stored request columns {list(columns)} are not {list(REQUEST_COLUMNS)}: written by another "
+                         "version of engine_fixtures.scenarios.segment; read it with that version")
+    records = tuple(RequestRecord(i, False, float(sent), float(sent), float(end), (float(first),), int(n), "usage")
+                    for i, (sent, first, end, n) in enumerate(rows))
+    return lo, hi, records
