@@ -5,8 +5,9 @@
 
 For each CPU placement in ``--pin`` (``--perf-engine-cpus`` values) a fresh engine serves one closed-loop segment
 of ``--seconds`` (after the first-segment warmup); the requests it completed are then cut into back-to-back
-windows of each length, and the coefficient of variation across windows is printed for req/s, TTFT p50 and TPOT
-p50. The same records, cut differently: the lengths are compared on identical load. Writes
+windows of each length, and the coefficient of variation across windows is printed for req/s (continuous, as
+judged, and counted: ``loadgen.stream.progress_rate``), TTFT p50 and TPOT p50. The same records, cut differently:
+the lengths are compared on identical load. Writes
 ``window_study.json`` (the CVs and each request's completion time, TTFT and TPOT).
 """
 
@@ -24,12 +25,12 @@ from engine_fixtures.engine.build import EngineBuild
 from engine_fixtures.engine.factory import EngineFactory
 from engine_fixtures.isolation.pinning import cpu_split
 from engine_fixtures.loadgen.records import RequestRecord
-from engine_fixtures.loadgen.stream import LoadStream
+from engine_fixtures.loadgen.stream import LoadStream, finished_in, progress_rate
 from engine_fixtures.options import parse_cpus_setting
 from engine_fixtures.scenarios.ab_study import SCENARIOS, study_args, study_parser
 from engine_fixtures.scenarios.engine import EngineScenario
 
-METRICS = ("requests_per_s", "ttft_p50_ms", "tpot_p50_ms")
+METRICS = ("requests_per_s", "requests_per_s_counted", "ttft_p50_ms", "tpot_p50_ms")
 
 
 def cut(records: Sequence[RequestRecord], start: float, seconds: float, length: float) -> dict[str, list[float]]:
@@ -37,10 +38,11 @@ def cut(records: Sequence[RequestRecord], start: float, seconds: float, length: 
     out: dict[str, list[float]] = {m: [] for m in METRICS}
     for k in range(int(seconds // length)):
         t0 = start + k * length
-        done = [r for r in records if t0 <= r.end_s < t0 + length]
+        done = finished_in(records, t0, t0 + length)
         if not done:
             continue
-        out["requests_per_s"].append(len(done) / length)
+        out["requests_per_s"].append(progress_rate(records, t0, t0 + length))
+        out["requests_per_s_counted"].append(len(done) / length)
         out["ttft_p50_ms"].append(float(np.percentile([r.ttft_s for r in done], 50)) * 1000)
         tpot = [t for r in done if (t := r.tpot_s) is not None]
         if tpot:

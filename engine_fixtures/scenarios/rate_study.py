@@ -1,0 +1,100 @@
+"""Counted vs continuous req/s on the same windows, recomputed from a results file's per-request records.
+
+    python -m engine_fixtures.scenarios.rate_study RESULTS.json [--json OUT]
+
+A GPU-tier result keeps the requests behind each measured window in ``metadata["requests"]`` (one entry per window,
+as ``scenarios.segment.window_requests`` writes it). For every such result the windows' req/s is recomputed both
+ways from the same rows: counted (completions in the window over its length, the old ``requests_per_s``, now
+``requests_per_s_counted``) and continuous (the time-weighted progress rate, ``loadgen.stream.progress_rate``, the
+judged ``requests_per_s``). Printed per result: the windows, both means (they agree up to the edges of the windows)
+and both within-run coefficients of variation, which is the before/after of the estimator on identical windows.
+Results without stored requests (older files, the CPU tier) are named below the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from engine_fixtures.errors import BaselineError
+from engine_fixtures.loadgen.stream import finished_in, progress_rate
+from engine_fixtures.scenarios.segment import stored_window
+from engine_fixtures.scenarios.window_study import cv
+from engine_fixtures.store.results import ResultsFile
+
+REQUESTS_KEY = "requests"  # RunResult.metadata: one window_requests() entry per measured window, in samples' order
+
+
+@dataclass(frozen=True)
+class RateRow:
+    """One result's windows, req/s both ways (CV: sample standard deviation over the mean, across windows)."""
+
+    scenario: str
+    windows: int
+    counted_mean: float
+    continuous_mean: float
+    counted_cv: float
+    continuous_cv: float
+
+
+def window_rates(window: Mapping[str, Any]) -> tuple[float, float]:
+    """One stored window's req/s, (counted, continuous), from its rows."""
+    lo, hi, records = stored_window(window)
+    return len(finished_in(records, lo, hi)) / (hi - lo), progress_rate(records, lo, hi)
+
+
+def rate_rows(results: ResultsFile) -> tuple[list[RateRow], list[str]]:
+    """A row per result with stored requests, and the scenarios of the results without them."""
+    rows, missing = [], []
+    for result in results.results:
+        windows = result.metadata.get(REQUESTS_KEY)
+        if not windows:
+            missing.append(result.scenario)
+            continue
+        try:
+            counted, continuous = zip(*(window_rates(w) for w in windows), strict=True)
+        except ValueError as exc:
+            raise BaselineError(f"{result.scenario}: metadata[{REQUESTS_KEY!r}] is malformed ({exc})") from None
+        rows.append(RateRow(result.scenario, len(windows), float(np.mean(counted)), float(np.mean(continuous)),
+                            cv(counted), cv(continuous)))
+    return rows, missing
+
+
+def render(rows: Sequence[RateRow], missing: Sequence[str], source: str) -> Table:
+    table = Table(title=f"Within-run CV of req/s, counted vs continuous on the same windows ({source})",
+                  caption=f"no stored requests: {', '.join(missing)}" if missing else None)
+    for col in ("scenario", "windows", "mean counted", "mean continuous", "CV counted", "CV continuous"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.scenario, str(r.windows), f"{r.counted_mean:.2f}", f"{r.continuous_mean:.2f}",
+                      f"{r.counted_cv:.1%}", f"{r.continuous_cv:.1%}")
+    return table
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", type=Path, help="a results JSON written by a GPU-tier run (--perf-results-dir)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
+    args = ap.parse_args(argv)
+    try:
+        rows, missing = rate_rows(ResultsFile.load(args.results))
+    except BaselineError as exc:
+        raise SystemExit(str(exc)) from None
+    if not rows:
+        raise SystemExit(f"{args.results}: no result keeps its windows' requests (metadata[{REQUESTS_KEY!r}]); "
+                         "it was written before they were recorded, or by the CPU tier: run the GPU tier again")
+    Console(width=160).print(render(rows, missing, args.results.name))
+    if args.json is not None:
+        args.json.write_text(json.dumps({"rows": [asdict(r) for r in rows], "missing": missing}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
