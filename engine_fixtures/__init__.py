@@ -4,7 +4,7 @@ What a test author uses imports from here (loaded on first use, so the plugin st
 name only, so the package imports none of its modules and no module's ``from engine_fixtures import ...`` closes
 a loop through it)::
 
-    from engine_fixtures import EngineScenario, Invariant, CounterBound, known_regression, SHM_COPY
+    from engine_fixtures import EngineScenario, LiveGroup, Arm, Contrast, known_regression, SHM_COPY
 
 The plugin (``engine_fixtures.plugin``) only wires hooks; everything else lives in one small module per concern
 (see docs/ARCHITECTURE.md).
@@ -20,6 +20,9 @@ __version__ = "0.1.0"
 # name -> module that defines it
 _EXPORTS = {
     "EngineScenario": "engine_fixtures.scenarios.engine",
+    "LiveGroup": "engine_fixtures.scenarios.live",
+    "Arm": "engine_fixtures.scenarios.live",
+    "Contrast": "engine_fixtures.scenarios.live",
     "CpuTierScenario": "engine_fixtures.scenarios.cpu_tier",
     "CpuTierArm": "engine_fixtures.cpu_tier.arms",
     "Invariant": "engine_fixtures.scenarios.invariants",
@@ -39,7 +42,8 @@ _EXPORTS = {
 }
 _RENAMED = {"installed_sglang": "installed"}
 __all__ = [  # noqa: RUF022 (grouped as _EXPORTS)
-    "EngineScenario", "CpuTierScenario", "CpuTierArm", "Invariant", "CounterBound", "WorkloadSpec", "EngineSpec",
+    "EngineScenario", "LiveGroup", "Arm", "Contrast", "CpuTierScenario", "CpuTierArm", "Invariant", "CounterBound",
+    "WorkloadSpec", "EngineSpec",
     "EngineHandle", "KnownRegression", "SHM_COPY", "IPC_CACHE_OFF", "PP_MICROBATCH_CAP", "installed_sglang",
     "known_regression", "InvariantViolated", "MeasurementError", "ConfigError",
 ]

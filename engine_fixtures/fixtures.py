@@ -56,6 +56,7 @@ from engine_fixtures.options import Settings
 from engine_fixtures.scenarios.runs import SessionLoad
 from engine_fixtures.session import sections
 from engine_fixtures.session.engine_runner import EngineScenarioRunner
+from engine_fixtures.session.live_runner import LiveGroupRunner
 from engine_fixtures.session.params import apply_quota_setting, spec_from_param
 from engine_fixtures.session.perf_session import get_session
 from engine_fixtures.session.recorder import InvariantJudge, PerfRecorder, session_verdicts
@@ -193,6 +194,15 @@ def perf_gpu_tier(request: pytest.FixtureRequest, engine_factory: EngineFactory,
     """``perf_gpu_tier(scenario) -> list[Verdict]`` (``scenarios.engine_runner``)."""
     return EngineScenarioRunner(request, engine_factory, perf_record, perf_results,
                                 request.getfixturevalue("perf_model_dir"), perf_load)
+
+
+@pytest.fixture
+def perf_live(request: pytest.FixtureRequest, engine_factory: EngineFactory, perf_record: PerfRecorder,
+              perf_results: ScenarioResults, perf_load: SessionLoad) -> LiveGroupRunner:
+    """``perf_live.check(group, contrast)``, ``.arm(group, name)``, ``.counter(group, bound)``: one engine, many
+    arms (``session.live_runner``)."""
+    return LiveGroupRunner(request, engine_factory, perf_record, perf_results,
+                           request.getfixturevalue("perf_model_dir"), perf_load)
 
 
 # ---------------------------------------------------------------------------------------------- judging

@@ -24,6 +24,7 @@ import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -52,18 +53,18 @@ class SessionLoad:
     split: CpuSplit = field(default_factory=lambda: CpuSplit(None, None))
     warmed: set[str] = field(default_factory=set)
 
-    def windows(self, engine: EngineHandle, scenario: EngineScenario, n: int,
-                timeline: Timeline) -> list[dict[str, float]]:
+    def windows(self, engine: EngineHandle, scenario: EngineScenario, n: int, timeline: Timeline,
+                requests: list[dict[str, Any]] | None = None) -> list[dict[str, float]]:
         first = engine.instance not in self.warmed
         warmup = self.settings.warmup_s * (FIRST_WARMUP_FACTOR if first else 1.0)
         plan = SegmentPlan(scenario.workload(), n, self.settings.window_s, warmup, self.settings.sample_hz)
-        out = measure_segment(engine, self.stream, plan, timeline, engine.instance)
+        out = measure_segment(engine, self.stream, plan, timeline, engine.instance, requests=requests)
         self.warmed.add(engine.instance)
         return out
 
 
 Judge = Callable[[RunResult, float], Sequence[Verdict]]
-Windows = Callable[[EngineHandle, EngineScenario, int, Timeline], list[dict[str, float]]]
+Windows = Callable[..., list[dict[str, float]]]  # (engine, scenario, n, timeline[, requests])
 
 
 def budget_of(settings: Settings) -> Budget:
@@ -72,11 +73,13 @@ def budget_of(settings: Settings) -> Budget:
 
 def engine_result(engine: EngineHandle, scenario: EngineScenario, windows: list[dict[str, float]],
                   settings: Settings, extra: dict | None = None, suffix: str = "",
-                  timeline: Timeline | None = None, instances: Sequence[str] | None = None) -> RunResult:
-    """``instances``: the engine instance of each window (default: ``engine``'s for all)."""
+                  timeline: Timeline | None = None, instances: Sequence[str] | None = None,
+                  key: str | None = None, arm: Mapping[str, str] | None = None) -> RunResult:
+    """``instances``: the engine instance of each window (default: ``engine``'s for all); ``key`` and ``arm``: the
+    storage key and axes when they are not the engine spec's (an arm switched live on it)."""
     names = sorted({k for w in windows for k in w})
     samples = {n: tuple(w[n] for w in windows if n in w) for n in names}
-    done = [w["requests_per_s"] * settings.window_s for w in windows if "requests_per_s" in w]
+    done = [w["requests_per_s_counted"] * settings.window_s for w in windows if "requests_per_s_counted" in w]
     instances = list(instances) if instances is not None else [engine.instance] * len(windows)
     meta = {"sglang_version": engine.version, "engine_key": engine.spec.key, "ready_s": engine.ready_s,
             "build": engine.spec.build.label, "log": str(engine.log_path), "scenario_id": scenario.id,
@@ -86,16 +89,18 @@ def engine_result(engine: EngineHandle, scenario: EngineScenario, windows: list[
             "cpus": list(engine.spec.cpus) if engine.spec.cpus else None, **(extra or {})}
     if timeline is not None:
         meta["timeline"] = timeline.to_json()
-    return RunResult(EngineScenario.key(engine.spec, scenario) + suffix, engine.spec.arm, samples, metadata=meta)
+    key = key if key is not None else EngineScenario.key(engine.spec, scenario) + suffix
+    return RunResult(key, dict(arm) if arm is not None else engine.spec.arm, samples, metadata=meta)
 
 
 def measure_history(engine: EngineHandle, scenario: EngineScenario, settings: Settings, judge: Judge,
                     windows_of: Windows, timeline: Timeline) -> RunResult:
     budget = budget_of(settings)
     windows: list[dict[str, float]] = []
+    requests: list[dict[str, Any]] = []
 
     def measure(n: int) -> None:
-        windows.extend(windows_of(engine, scenario, n, timeline))
+        windows.extend(windows_of(engine, scenario, n, timeline, requests))
 
     def undecided(alpha: float) -> list[str]:
         result = engine_result(engine, scenario, windows, settings)
@@ -103,7 +108,7 @@ def measure_history(engine: EngineHandle, scenario: EngineScenario, settings: Se
 
     progress = measure_until_decided(budget, measure, undecided)
     seq = {"windows": progress.measured, "looks": progress.looks, "alpha_per_look": budget.alpha_per_look(),
-           "budget_windows": budget.maximum, "undecided_at_budget": list(progress.undecided)}
+           "budget_windows": budget.maximum, "undecided_at_budget": list(progress.undecided), "requests": requests}
     timeline.close()
     return engine_result(engine, scenario, windows, settings, seq, timeline=timeline)
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine_fixtures import PP_MICROBATCH_CAP, CounterBound, EngineScenario, known_regression
+from engine_fixtures import PP_MICROBATCH_CAP, CounterBound, EngineHandle, EngineScenario, known_regression
+from engine_fixtures.engine.lint import find_hidden_caps
 
 DEPTHS = (2, 4, 8)
 M = 16  # max_running_requests
@@ -52,3 +53,16 @@ def test_explicit_micro_batch_cap_admits_the_load(pp: int, perf_invariant) -> No
 @pytest.mark.parametrize("pp", [pytest.param(pp, marks=pytest.mark.gpu(pp), id=f"pp{pp}") for pp in DEPTHS])
 def test_auto_micro_batch_cap_admits_the_load(pp: int, perf_invariant) -> None:  # type: ignore[no-untyped-def]
     perf_invariant.check(admits(pp, "auto"))
+
+
+@pytest.mark.gpu(2)
+@pytest.mark.parametrize(
+    "engine", [pytest.param({"pp": 2, "gpus": (0, 1), "max_running_requests": 16}, id="pp2-auto")], indirect=True
+)
+def test_pp_auto_micro_batch_cap_is_found(engine: EngineHandle) -> None:
+    """pp=2, max_running_requests=16: SGLang resolves the micro-batch cap to 16 // 2 = 8 < concurrency 16."""
+    cfg = engine.config
+    assert cfg.pp_size == 2
+    assert cfg.pp_max_micro_batch_size == 8, f"server reported {cfg.pp_max_micro_batch_size}; see {engine.log_path}"
+    (finding,) = find_hidden_caps(cfg, 16)
+    assert "--pp-max-micro-batch-size 16" in finding.fix

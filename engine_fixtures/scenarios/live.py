@@ -1,0 +1,143 @@
+"""One engine, many arms, declared: ``LiveGroup`` (the launch and its arms), ``Arm`` and ``Contrast``.
+
+A group is one engine launch (``engine``: transport, model, parallelism, the load's concurrency and image size,
+and the quota every arm gets unless it names its own) and the arms switched live on it (``Arm``: the copy path,
+the IPC pool-handle cache, the tokenizer manager's thread cap, named patches, the CPU quota). The runner
+(``scenarios.live_runs``) serves the arms in mirrored blocks on that one engine and proves each visit;
+``Contrast`` declares what two arms must satisfy: ``candidate >= bound x reference`` in every judged metric
+family (throughput, TTFT and TPOT, the CPU per request of the role the arms differ in, GPU utilisation), judged
+from the per-block effects (``judge.paired.judge_contrast``). A contrast that a released SGLang is known to break
+is declared on its test with ``known_regression(...)``, as the invariants are.
+
+Each arm's windows are also a result of their own, filed under ``LiveGroup.key(spec, arm)`` (the engine's key with
+the live axes and ``/live``): a pool of such runs catches drift on one host over time; it is never what a fresh
+runner's verdict rests on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from engine_fixtures.engine.spec import EngineSpec
+from engine_fixtures.errors import ConfigError
+from engine_fixtures.quota import declared_cores
+from engine_fixtures.scenarios.engine import EngineScenario
+from engine_fixtures.transport.live import LiveArm
+
+INHERIT = "group"  # an arm's quota: the group's engine quota
+ROLE_FAMILY = "cpu_s_per_request.<role>"
+FAMILIES: tuple[str, ...] = ("requests_per_s", "ttft_p50_ms", "tpot_p50_ms", ROLE_FAMILY, "gpu_util_mean")
+# The roles whose CPU an axis changes (SGLang's processes by title): the copy and its threads run in the
+# tokenizer manager (the HTTP server process), the IPC cache opens handles in the scheduler.
+PATCH_ROLES: Mapping[str, str] = {"slow-scheduler": "scheduler", "slow-tokenizer": "http_server"}
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    copy: str = "stock"
+    ipc_cache: str = "stock"
+    threads: int | None = None
+    patches: tuple[tuple[str, float], ...] = ()
+    quota: str | float | None = INHERIT
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name:
+            raise ConfigError(f"arm name {self.name!r}: a non-empty name without '/'")
+        try:
+            self.live()
+        except ValueError as exc:
+            raise ConfigError(f"arm {self.name}: {exc}") from None
+
+    def live(self) -> LiveArm:
+        return LiveArm(self.copy, self.ipc_cache, self.threads, self.patches)
+
+    def cores(self, group_quota: float | None) -> float | None:
+        """This arm's CPU quota in cores (the group's unless the arm names its own)."""
+        if self.quota == INHERIT:
+            return group_quota
+        return declared_cores(self.quota, f"arm {self.name} quota")
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """``candidate >= bound x reference`` in each metric of ``metrics`` (the good direction of each), for two arms of
+    one group. ``bound`` 1.0 reads "no worse"; 0.9 lets the candidate lose up to 10 % before it is flagged."""
+
+    label: str
+    reference: str
+    candidate: str
+    bound: float = 1.0
+    metrics: tuple[str, ...] = FAMILIES
+    why: str = ""
+
+    @property
+    def id(self) -> str:
+        return self.label.replace(" ", "-")
+
+
+@dataclass(frozen=True)
+class LiveGroup:
+    id: str
+    engine: EngineScenario
+    arms: tuple[Arm, ...]
+    contrasts: tuple[Contrast, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        names = [a.name for a in self.arms]
+        if len(names) < 2 or len(set(names)) != len(names):
+            raise ConfigError(f"live group {self.id}: needs two or more arms with distinct names, got {names}")
+        for c in self.contrasts:
+            for who in (c.reference, c.candidate):
+                if who not in names:
+                    raise ConfigError(f"live group {self.id}: contrast {c.label!r} names arm {who!r}; arms are "
+                                      f"{', '.join(names)}")
+        for a in self.arms:
+            if self.engine.transport != "cpu" and (a.copy != "stock" or a.threads is not None):
+                raise ConfigError(f"live group {self.id}: arm {a.name} switches the SHM copy, but the engine's "
+                                  f"transport is {self.engine.transport}; put it in a group with transport='cpu'")
+            if self.engine.transport != "cuda_ipc" and a.ipc_cache != "stock":
+                raise ConfigError(f"live group {self.id}: arm {a.name} switches the IPC cache, but the engine's "
+                                  f"transport is {self.engine.transport}; put it in a group with transport='cuda_ipc'")
+
+    def arm(self, name: str) -> Arm:
+        for a in self.arms:
+            if a.name == name:
+                return a
+        raise ConfigError(f"live group {self.id} has no arm {name!r}: it has {', '.join(a.name for a in self.arms)}")
+
+    def contrast(self, label: str) -> Contrast:
+        for c in self.contrasts:
+            if c.label == label:
+                return c
+        raise ConfigError(f"live group {self.id} has no contrast {label!r}")
+
+    def families(self, contrast: Contrast) -> tuple[str, ...]:
+        """The contrast's metrics, ``cpu_s_per_request.<role>`` resolved to the roles its two arms differ in."""
+        ref, cand = self.arm(contrast.reference), self.arm(contrast.candidate)
+        roles: list[str] = []
+        if ref.copy != cand.copy or ref.threads != cand.threads:
+            roles.append("http_server")
+        if ref.ipc_cache != cand.ipc_cache:
+            roles.append("scheduler")
+        for name in sorted(set(ref.live().patch_ms) | set(cand.live().patch_ms)):
+            if ref.live().patch_ms.get(name) != cand.live().patch_ms.get(name):
+                roles.append(PATCH_ROLES.get(name, "http_server"))
+        out: list[str] = []
+        for m in contrast.metrics:
+            names = [f"cpu_s_per_request.{r}" for r in dict.fromkeys(roles)] if m == ROLE_FAMILY else [m]
+            out += [n for n in names if n not in out]
+        return tuple(out)
+
+    @staticmethod
+    def key(spec: EngineSpec, scenario: EngineScenario, arm: Arm, cores: float | None) -> str:
+        """The arm's storage key: the engine key of its live axes and quota, the thread cap and patches, ``/live``."""
+        live = spec.with_(copy=arm.copy if spec.mm_feature_transport == "cpu" else "stock",
+                          ipc_cache=arm.ipc_cache if spec.mm_feature_transport == "cuda_ipc" else "stock",
+                          cpu_quota=cores)
+        base = EngineScenario.key(live, scenario)
+        extra = "" if arm.threads is None else f"/threads={arm.threads}"
+        extra += "".join(f"/{n}={ms:g}" for n, ms in arm.live().patches)
+        head, _, load = base.rpartition("/model=")
+        return f"{head}{extra}/model={load}/live"

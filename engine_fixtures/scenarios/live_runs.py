@@ -1,0 +1,116 @@
+"""Measure a ``LiveGroup`` on one engine until its contrasts are decided: mirrored blocks of proved visits.
+
+``measure_live(group, budget, visit, undecided, rng)``: the arms in a random order, each block that order and its
+reverse (``judge.blocks.mirrored``), consecutive windows of one arm served by one visit (``judge.blocks.visits``).
+``visit(arm, n)`` switches the engine to ``arm`` (the quota, then the plugin's live arm, proved by every engine
+process), runs one load segment of its warmup and ``n`` windows, checks that the segment's proof counters say the arm
+really served it, and returns the windows' values. Blocks are added, ``budget.step`` at a time, while
+``undecided(windows, alpha)`` names an open contrast cell, up to ``budget.maximum`` blocks.
+
+``arm_windows`` are ``(block, values)`` per arm, in the order measured; ``contrast_verdicts`` judges one contrast
+from them (per-block effects, ``judge.paired.judge_contrast``); ``arm_samples`` turns one arm's windows into the
+samples and the ``window_block`` labels of its ``RunResult``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from engine_fixtures.judge.blocks import effects_by_block, mirrored, visits
+from engine_fixtures.judge.metrics import is_known, metric
+from engine_fixtures.judge.paired import judge_contrast
+from engine_fixtures.judge.sequential import Budget, Progress, measure_until_decided
+from engine_fixtures.judge.verdicts import Verdict
+from engine_fixtures.scenarios.live import Arm, Contrast, LiveGroup
+
+Window = tuple[int, dict[str, float]]  # (block index, the window's values)
+ArmWindows = Mapping[str, Sequence[Window]]
+Visit = Callable[[Arm, int], list[dict[str, float]]]
+BLOCK_KEY = "window_block"  # RunResult.metadata: the mirrored block each window belongs to
+VISIT_KEY = "window_visit"  # RunResult.metadata: [visit number, window number in that visit] of each window
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    order: tuple[str, ...]  # the arm order of every block (then reversed)
+    windows: Mapping[str, tuple[Window, ...]]
+    visits: Mapping[str, tuple[tuple[int, int], ...]]  # per arm window: (visit number, window number in the visit)
+    progress: Progress
+    alpha_per_look: float
+    budget_blocks: int
+
+    @property
+    def blocks(self) -> int:
+        return self.progress.measured
+
+
+def plan(order: Sequence[str], first_block: int, blocks: int) -> list[tuple[str, list[int]]]:
+    """Visits for ``blocks`` more mirrored blocks: ``(arm, the block index of each of its windows)``."""
+    labelled = [(arm, first_block + b) for b in range(blocks) for arm in mirrored(order)]
+    out: list[tuple[str, list[int]]] = []
+    i = 0
+    for arm, n in visits([[a for a, _ in labelled]]):
+        out.append((arm, [b for _, b in labelled[i:i + n]]))
+        i += n
+    return out
+
+
+def measure_live(group: LiveGroup, budget: Budget, visit: Visit,
+                 undecided: Callable[[ArmWindows, float], Sequence[str]], rng: random.Random | None = None) -> LiveRun:
+    order = [a.name for a in group.arms]
+    (rng or random.Random()).shuffle(order)  # no arm always goes first
+    windows: dict[str, list[Window]] = {a.name: [] for a in group.arms}
+    seen: dict[str, list[tuple[int, int]]] = {a.name: [] for a in group.arms}
+    done = [0, 0]  # blocks, visits
+
+    def measure(n: int) -> None:
+        for arm, blocks in plan(order, done[0], n):
+            values = visit(group.arm(arm), len(blocks))
+            windows[arm].extend(zip(blocks, values, strict=True))
+            seen[arm].extend((done[1], i) for i in range(len(blocks)))
+            done[1] += 1
+        done[0] += n
+
+    progress = measure_until_decided(budget, measure, lambda a: undecided(windows, a))
+    return LiveRun(tuple(order), {k: tuple(v) for k, v in windows.items()}, {k: tuple(v) for k, v in seen.items()},
+                   progress, budget.alpha_per_look(), budget.maximum)
+
+
+def arm_samples(windows: Sequence[Window]) -> tuple[dict[str, tuple[float, ...]], list[int]]:
+    """One arm's samples per metric (windows in the order measured) and the block of each window. A metric missing
+    from some windows keeps only the windows that have it, so its blocks are read from ``metric_blocks``."""
+    names = sorted({k for _, w in windows for k in w})
+    return {n: tuple(w[n] for _, w in windows if n in w) for n in names}, [b for b, _ in windows]
+
+
+def metric_blocks(windows: Sequence[Window], name: str) -> tuple[list[float], list[int]]:
+    pairs = [(w[name], b) for b, w in windows if name in w]
+    return [v for v, _ in pairs], [b for _, b in pairs]
+
+
+def contrast_verdicts(group: LiveGroup, contrast: Contrast, windows: ArmWindows, *, budget: int, alpha: float,
+                      floor: float | None = None) -> list[Verdict]:
+    """One verdict row per metric family of ``contrast`` that both arms measured (GPU utilisation only where NVML
+    saw the GPU, a role's CPU only where the role ran)."""
+    ref_w, cand_w = windows[contrast.reference], windows[contrast.candidate]
+    names = [n for n in group.families(contrast) if is_known(n) and metric(n).direction != "none"
+             and any(n in w for _, w in ref_w) and any(n in w for _, w in cand_w)]
+    label = f"{contrast.candidate} vs {contrast.reference}"
+    out = []
+    for name in names:
+        ref, ref_b = metric_blocks(ref_w, name)
+        cand, cand_b = metric_blocks(cand_w, name)
+        effects = effects_by_block(name, ref, ref_b, cand, cand_b)
+        out.append(judge_contrast(label, name, ref, cand, effects, bound=contrast.bound, budget=budget, alpha=alpha,
+                                  floor=floor, family=len(names)))
+    return out
+
+
+def open_cells(group: LiveGroup, windows: ArmWindows, *, budget: int, alpha: float,
+               floor: float | None = None) -> list[str]:
+    """The contrast cells still undecided (what keeps the runner measuring)."""
+    return [f"{c.label}: {v.metric}" for c in group.contrasts
+            for v in contrast_verdicts(group, c, windows, budget=budget, alpha=alpha, floor=floor)
+            if v.status == "inconclusive"]

@@ -1,0 +1,262 @@
+"""``LiveGroupRunner``: what the ``perf_live`` fixture does with a declared ``LiveGroup`` (one engine, many arms).
+
+``perf_live.check(group, contrast) -> list[Verdict]``, ``perf_live.arm(group, name)``, ``perf_live.counter(group,
+bound)``. The first call of a session measures the group, once:
+1. starts (or reuses) the group's one engine (``--perf-candidate`` build; quota, GPUs and CPU set of this machine)
+   and lints its effective configuration for hidden caps;
+2. measures mirrored blocks of visits until every contrast of the group is decided (``scenarios.live_runs``); a
+   visit sets the arm's quota on the live cgroup, switches the plugin's live arm (``EngineHandle.set_arm``, proved by
+   every engine process), runs one segment and refuses its windows unless the segment's proof counters say the arm
+   served them (``engine.proof.live_arm_problems``): a window whose proof disagrees is an error, not a measurement;
+3. when a contrast's verdict asks for it (``--perf-profile``), profiles the two arms on the same engine, candidate
+   then reference, and keeps the differential by function for the failure message and the report;
+4. records every arm's windows as a result of its own (judged against this host's pool, if one exists) and stores
+   them in the session registry.
+``check`` judges one contrast from the stored windows and ends the test: a violated family raises
+``InvariantViolated`` (known upstream regressions are strict xfails on it), an undecided one is ``Inconclusive``
+in strict mode.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine_fixtures.engine import proof as arm_proof
+from engine_fixtures.engine.build import with_patch
+from engine_fixtures.engine.factory import EngineFactory
+from engine_fixtures.engine.handle import EngineHandle
+from engine_fixtures.engine.lint import check_caps
+from engine_fixtures.engine.proof import ArmProof
+from engine_fixtures.engine.spec import EngineSpec
+from engine_fixtures.errors import InvariantViolated, MeasurementError
+from engine_fixtures.judge.sequential import Budget
+from engine_fixtures.judge.verdicts import Verdict
+from engine_fixtures.profile.engine import ProfileSettings, explain_ab
+from engine_fixtures.scenarios.live import Arm, Contrast, LiveGroup
+from engine_fixtures.scenarios.live_runs import (
+    BLOCK_KEY,
+    VISIT_KEY,
+    LiveRun,
+    arm_samples,
+    contrast_verdicts,
+    measure_live,
+    open_cells,
+)
+from engine_fixtures.scenarios.runs import FIRST_WARMUP_FACTOR, SessionLoad, engine_result
+from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
+from engine_fixtures.scenarios.timeline import Timeline
+from engine_fixtures.session import sections
+from engine_fixtures.session.params import apply_quota_setting
+from engine_fixtures.session.recorder import (
+    InvariantJudge,
+    PerfRecorder,
+    _inconclusive,
+    _where,
+    conclude,
+    session_verdicts,
+)
+from engine_fixtures.session.registry import ScenarioResults
+from engine_fixtures.store.baselines import Baseline
+from engine_fixtures.store.results import RunResult
+
+PROFILED = "profiled"  # ScenarioResults set of a group: the contrasts already profiled
+
+
+def live_budget(repeats: int, max_repeats: int) -> Budget:
+    """Blocks: ``--perf-repeats`` before the first look, two more per look, up to ``--perf-max-repeats``."""
+    return Budget(repeats, 2, max(max_repeats, repeats))
+
+
+class LiveGroupRunner:
+    def __init__(self, request: pytest.FixtureRequest, factory: EngineFactory, recorder: PerfRecorder,
+                 results: ScenarioResults, model: Path, load: SessionLoad) -> None:
+        self.request = request
+        self.factory = factory
+        self.recorder = recorder
+        self.session = recorder.session
+        self.results = results
+        self.model = model
+        self.load = load
+
+    @property
+    def settings(self):  # type: ignore[no-untyped-def]
+        return self.session.settings
+
+    # ------------------------------------------------------------------ the tests' calls
+    def check(self, group: LiveGroup, contrast: Contrast | str) -> list[Verdict]:
+        __tracebackhide__ = True
+        contrast = group.contrast(contrast) if isinstance(contrast, str) else contrast
+        run = self.measure(group)
+        verdicts = contrast_verdicts(group, contrast, run.windows, budget=run.budget_blocks,
+                                     alpha=run.alpha_per_look, floor=self.recorder.floor)
+        scenario = f"live/{group.id}: {contrast.label}"
+        for v in verdicts:
+            self.session.record_invariant(self.request.node.nodeid, scenario, v)
+        self.recorder.sections_for(scenario, {}, verdicts, f"contrast on one live engine ({run.blocks} blocks)")
+        where = _where(self.session.profiles.failure_text([scenario]))
+        violated = [v for v in verdicts if v.status == "regression"]
+        if violated:
+            lines = "\n".join(f"  {v.message}" for v in violated)
+            raise InvariantViolated(f"contrast violated: {contrast.label}:\n{lines}{where}")
+        undecided = [v for v in verdicts if v.status == "inconclusive"]
+        if undecided:
+            _inconclusive(self.settings.strict, f"contrast {contrast.label}:\n" +
+                          "\n".join(f"  {v.message}" for v in undecided) + where)
+        if not verdicts:
+            raise MeasurementError(f"contrast {contrast.label}: no metric family was measured on both arms")
+        return verdicts
+
+    def arm(self, group: LiveGroup, name: str) -> list[Verdict]:
+        """Arm ``name`` against this host's pool (drift over time on one runner); ``no-baseline`` on a fresh host."""
+        __tracebackhide__ = True
+        self.measure(group)
+        result = self.results.get(f"{group.id}/{name}")
+        verdicts = session_verdicts(self.session, result, floor=self.recorder.floor)
+        base = self.session.store.load(result.scenario)
+        missing = None if isinstance(base, Baseline) else getattr(base, "reason", None)
+        self.recorder.sections_for(result.scenario, result.arm, verdicts, "this host's pool")
+        conclude(result.scenario, verdicts, self.settings.strict, missing)
+        return verdicts
+
+    def counter(self, group: LiveGroup, bound: Any) -> Verdict:
+        """A ``CounterBound`` on one arm of the group (its ``arm`` is the arm's name)."""
+        __tracebackhide__ = True
+        self.measure(group)
+        return InvariantJudge(self.recorder, self.results).counter(replace(bound, arm=f"{group.id}/{bound.arm}"))
+
+    # ------------------------------------------------------------------ measuring, once per session
+    def measure(self, group: LiveGroup) -> LiveRun:
+        cached = self.results.cached_set(f"live:{group.id}")
+        if cached is not None:
+            return cached["run"]  # type: ignore[return-value]
+        timeline = Timeline()
+        workload = group.engine.workload()
+        self.load.stream.prepare(workload)  # the client encodes the images while the engine starts
+        launch = self._launch(group)
+        engine = self._engine(launch, timeline)
+        if group.engine.lint:
+            check_caps(engine.config, group.engine.concurrency)
+        state = {"engine": engine}
+        requests: dict[str, list[dict[str, Any]]] = {}  # per arm, the requests behind each window (in order)
+
+        def switch(arm: Arm) -> EngineHandle:
+            cores = self.settings.cpu_quota.applied(arm.cores(launch.cpu_quota))
+            if state["engine"].spec.cpu_quota != cores:
+                state["engine"] = self._engine(launch.with_(cpu_quota=cores), timeline)
+            with timeline.span("switch", f"arm {arm.name}", engine.instance):
+                state["engine"].set_arm(arm.live())
+            return state["engine"]
+
+        def visit(arm: Arm, n: int) -> list[dict[str, float]]:
+            eng = switch(arm)
+            first = eng.instance not in self.load.warmed
+            warmup = self.settings.warmup_s * (FIRST_WARMUP_FACTOR if first else 1.0)
+            plan = SegmentPlan(workload, n, self.settings.window_s, warmup, self.settings.sample_hz)
+
+            def proved(before: ArmProof, after: ArmProof) -> None:
+                problems = arm_proof.live_arm_problems(eng.spec, arm.live(), before, after)
+                if problems:
+                    raise MeasurementError(f"arm {arm.name} ({arm.live().label}) did not serve its visit as "
+                                           f"requested, so its windows are not measurements: {'; '.join(problems)}")
+
+            out = measure_segment(eng, self.load.stream, plan, timeline, eng.instance, check=proved,
+                                  requests=requests.setdefault(arm.name, []))
+            self.load.warmed.add(eng.instance)
+            return out
+
+        budget = live_budget(self.settings.repeats, self.settings.max_repeats)
+        run = measure_live(group, budget, visit,
+                           lambda w, a: open_cells(group, w, budget=budget.maximum, alpha=a,
+                                                   floor=self.recorder.floor),
+                           random.Random())
+        self._profile(group, run, switch, workload)
+        timeline.close()
+        self._store(group, run, engine, launch, timeline, requests)
+        self.request.node.add_report_section("call", "perf timeline", f"{group.id}: {timeline.describe()}")
+        self.results.put_set(f"live:{group.id}", {"run": run})  # type: ignore[dict-item]
+        return run
+
+    def _launch(self, group: LiveGroup) -> EngineSpec:
+        """The group's one launch; the named patches its arms switch are installed at 0 ms (the plugin can only change
+        the milliseconds of a patch the engine was started with)."""
+        names = sorted({n for a in group.arms for n, _ in a.live().patches})
+        build = with_patch(self.settings.candidate, dict.fromkeys(names, 0.0)) if names else self.settings.candidate
+        spec = group.engine.spec(self.model, self.settings.gpus, build, cpus=self.load.split.engine)
+        return apply_quota_setting(spec, self.settings.cpu_quota, self.settings.sources["cpu_quota"])
+
+    def _engine(self, spec: EngineSpec, timeline: Timeline) -> EngineHandle:
+        started, changes, t0 = self.factory.started, self.factory.quota_changes, time.monotonic()
+        engine = self.factory.get(spec)
+        if self.factory.started > started:
+            timeline.add("engine", f"start {engine.instance}", t0, time.monotonic(), engine.instance)
+        elif self.factory.quota_changes > changes:
+            timeline.add("quota", f"quota -> {spec.cpu_quota} on {engine.instance}", t0, time.monotonic(),
+                         engine.instance)
+        sections.add_on_failure(self.request.node, f"engine log (tail) {engine.instance}", engine.log_tail)
+        return engine
+
+    def _profile(self, group: LiveGroup, run: LiveRun, switch: Callable[[Arm], EngineHandle],
+                 workload: Any) -> None:
+        """The differential profile of each contrast whose verdicts ask for one, arm against arm on this engine."""
+        for contrast in group.contrasts:
+            verdicts = contrast_verdicts(group, contrast, run.windows, budget=run.budget_blocks,
+                                         alpha=run.alpha_per_look, floor=self.recorder.floor)
+            engine = switch(group.arm(contrast.candidate))
+            ps = ProfileSettings.from_settings(self.settings, engine.workdir / "profiles" / contrast.id)
+            explain_ab(self.session.profiles, [f"live/{group.id}: {contrast.label}"], [v.status for v in verdicts], ps,
+                       candidate=(engine.pids(), self._drive(group.arm(contrast.candidate), switch, workload)),
+                       reference=(engine.pids(), self._drive(group.arm(contrast.reference), switch, workload)))
+
+    def _drive(self, arm: Arm, switch: Callable[[Arm], EngineHandle], workload: Any) -> Callable[[float], int]:
+        """Load on ``arm`` for a profile window (never measured): the requests completed in it."""
+        def drive(seconds: float) -> int:
+            engine = switch(arm)
+            seg = self.load.stream.segment(engine.url, workload, self.settings.warmup_s, seconds)
+            return len(seg.completed_in(seg.measure_at, seg.stop_at))
+        return drive
+
+    def _store(self, group: LiveGroup, run: LiveRun, engine: EngineHandle, launch: EngineSpec,
+               timeline: Timeline, requests: dict[str, list[dict[str, Any]]]) -> None:
+        """Every arm's windows as its own result: in the registry, and recorded with its pool verdicts."""
+        by_arm: dict[str, RunResult] = {}
+        for arm in group.arms:
+            windows = run.windows[arm.name]
+            samples, blocks = arm_samples(windows)
+            cores = self.settings.cpu_quota.applied(arm.cores(launch.cpu_quota))
+            key = LiveGroup.key(launch, group.engine, arm, cores)
+            meta = {BLOCK_KEY: blocks, VISIT_KEY: [list(v) for v in run.visits[arm.name]], "live_group": group.id,
+                    "live_arm": arm.name, "live_arm_axes": arm.live().label,
+                    "block_order": list(run.order), "blocks": run.blocks, "looks": run.progress.looks,
+                    "alpha_per_look": run.alpha_per_look, "budget_blocks": run.budget_blocks,
+                    "undecided_at_budget": list(run.progress.undecided), "requests": requests.get(arm.name, [])}
+            result = engine_result(engine, group.engine, [w for _, w in windows], self.settings, meta,
+                                   timeline=timeline, key=key, arm={**launch.with_(cpu_quota=cores).arm,
+                                                                    **_live_axes(arm, launch)})
+            assert result.samples.keys() == samples.keys()
+            by_arm[arm.name] = result
+            self.results.put(f"{group.id}/{arm.name}", result)
+            verdicts = session_verdicts(self.session, result, floor=self.recorder.floor)
+            base = self.session.store.load(result.scenario)
+            self.session.record(self.request.node.nodeid, result, verdicts,
+                                self.session.store.path_for(result.scenario) if isinstance(base, Baseline) else None)
+
+
+def _live_axes(arm: Arm, launch: EngineSpec) -> dict[str, str]:
+    axes = {"live_arm": arm.name}
+    if launch.mm_feature_transport == "cpu":
+        axes["copy"] = arm.copy
+    else:
+        axes["ipc_cache"] = arm.ipc_cache
+    if arm.threads is not None:
+        axes["threads"] = str(arm.threads)
+    for name, ms in arm.live().patches:
+        axes[name] = f"{ms:g}"
+    return axes
+

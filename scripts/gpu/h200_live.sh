@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# One engine, many arms, on a GPU runner without network (the lent H200: SGLang 0.5.16 from the carried wheelhouse
+# `.device/`, unpacked by `.device/setup.sh` into /tmp/site). Run from the repository root:
+#   BUDGET_S=560 bash scripts/gpu/h200_live.sh STEP [STEP ...]
+# Steps (each starts only while its guard of seconds is left in the call's budget; state in $WORK carries over
+# between calls of one warm lease):
+#   default    the default GPU job as `tox -e perf-gpu` runs it (strict, --perf-require-gpu 1, the 4B shape), timed
+#   separate   the copy arms as separate engines (perf_tests/sglang/gpu_studies/test_separate_launches.py)
+#   agree      scripts/gpu/live_vs_separate.py over the last default and separate runs
+#   gate       the live patch gate study (perf_tests/sglang/gpu_studies/test_live_gate.py)
+#   cv         the within-run CV of req/s, counted vs continuous, over the default run's windows
+# Everything lands in $OUT/live.tgz: logs, results JSON, summaries, reports. Pools are never written here.
+set -uo pipefail
+T0=$(date +%s); BUDGET_S=${BUDGET_S:-560}
+ROOT=$(pwd); WORK=${WORK:-${TMPDIR:-/tmp}/perf-live}; mkdir -p "$WORK/logs"
+left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
+log() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+pack() { [ -n "${OUT:-}" ] && tar czf "$OUT/live.tgz" -C "$WORK" --exclude='bt-*' . ; }
+trap pack EXIT
+SITE=${SITE:-/tmp/site}
+if [ ! -f "$SITE/.done" ]; then bash .device/setup.sh > "$WORK/logs/setup.log" 2>&1 || { tail -20 "$WORK/logs/setup.log"; exit 1; }; fi
+[ -f "$HOME/.cache/.perf-jit-restored" ] || { [ -f .device/jitcache.tgz ] && tar xzf .device/jitcache.tgz -C "$HOME" \
+  && touch "$HOME/.cache/.perf-jit-restored"; }
+PLUG=$WORK/plugin-path
+python3 -m engine_fixtures.sglang_plugin.distinfo "$PLUG" >/dev/null   # SGLang finds the arms plugin here
+export PYTHONPATH=$PLUG:$SITE:$ROOT HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 PERF_STRICT=yes
+{ nproc; nvidia-smi --query-gpu=name,driver_version,uuid --format=csv,noheader; uname -r; date -u; } \
+  > "$WORK/logs/machine-$T0.txt" 2>&1
+log "ready: $(tr '\n' ' ' < "$WORK/logs/machine-$T0.txt")"
+# The device runs each command in a cgroup v2 leaf without the cpu controller: sandboxes go under the root,
+# accepted explicitly with --perf-cgroup-parent.
+PYTEST=(python3 -m pytest -p no:cacheprovider -rA --perf-require-gpu 1 --perf-engine-timeout 420
+        --perf-cgroup-parent "${PERF_CGROUP_PARENT:-/sys/fs/cgroup}" --perf-baseline-dir "$WORK/baselines")
+run() {  # run NAME GUARD_S PYTEST_ARGS...: one pytest session, timed, into $WORK/NAME-<n>
+  local name=$1 guard=$2; shift 2
+  [ "$(left)" -lt "$guard" ] && { log "skip $name: $(left) s left"; return 0; }
+  local n; n=$(ls -d "$WORK/$name"-* 2>/dev/null | wc -l); local d="$WORK/$name-$((n + 1))"; mkdir -p "$d"
+  local s; s=$(date +%s)
+  timeout $(( $(left) - 5 )) "${PYTEST[@]}" --basetemp "$WORK/bt-$name" --perf-results-dir "$d/results" "$@" \
+    > "$d/pytest.log" 2>&1
+  local rc=$?
+  echo "rc=$rc wall_s=$(( $(date +%s) - s ))" > "$d/wall.txt"
+  log "$name rc=$rc wall $(( $(date +%s) - s )) s: $(grep -E '^=+ .*(passed|failed|error|skipped).* in ' "$d/pytest.log" | tail -1)"
+  for e in "$WORK/bt-$name"/engines*/*/; do   # engine logs and arm proofs
+    [ -d "$e" ] || continue; mkdir -p "$d/engines/$(basename "$e")"
+    cp "$e/engine.log" "$d/engines/$(basename "$e")/" 2>/dev/null
+    cp -r "$e/proof" "$d/engines/$(basename "$e")/" 2>/dev/null
+  done
+  rm -rf "$WORK/bt-$name"
+}
+last() { ls -d "$WORK/$1"-* 2>/dev/null | sort -V | tail -1; }
+for step in "$@"; do
+  case "$step" in
+    default) run default 420 perf_tests/sglang/gpu_tier -m "gpu_tier or gpu" ;;
+    separate) run separate 200 perf_tests/sglang/gpu_studies/test_separate_launches.py --perf-repeats 10 \
+                --perf-max-repeats 10 ;;
+    gate) run gate 300 perf_tests/sglang/gpu_studies/test_live_gate.py -s ;;
+    agree)
+      python3 scripts/gpu/live_vs_separate.py "$(ls "$(last default)"/results/results-*.json | tail -1)" \
+        "$(ls "$(last separate)"/results/results-*.json | tail -1)" > "$WORK/logs/agree.md" 2>&1
+      log "agree rc=$?"; cat "$WORK/logs/agree.md" ;;
+    cv)
+      python3 -m engine_fixtures.scenarios.window_study cv "$(ls "$(last default)"/results/results-*.json | tail -1)" \
+        > "$WORK/logs/cv.md" 2>&1
+      log "cv rc=$?"; cat "$WORK/logs/cv.md" ;;
+    *) log "unknown step $step"; exit 2 ;;
+  esac
+done
