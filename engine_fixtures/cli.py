@@ -1,13 +1,15 @@
 """``perf-baseline``: update, compare, show, validate, history, migrate.
 
 - ``update --from RESULTS...`` adds those runs to the pooled baselines; ``update --from-runs K`` rebuilds each
-  scenario's pool from the newest K clean runs of this machine key in the run history (``--history-url``,
-  default ``.perf-results/history.sqlite``), or among the results named by ``--from DIR``, and says which.
+  scenario's pool from the newest K clean runs of this machine key and this host (with ``--machine KEY``: the
+  host of that key's newest run) in the run history (``--history-url``, default ``.perf-results/history.sqlite``),
+  or among the results named by ``--from DIR``, and says which. A pool is one host's (``store.baselines``).
   Both show the per-metric change (level, runs, what the pool catches); ``--dry-run`` writes nothing; a run
   judged regression/inconclusive needs ``--accept REASON`` (stored with it); runs with injected slowdowns or
   A/B runs are never recorded.
 - ``compare RESULTS...`` judges results files against the pooled baselines (exit 1 on a regression).
-- ``show`` lists the pools; ``validate DIR`` judges every run of the unchanged build against the K runs recorded
+- ``show`` lists the pools with the host each was recorded on (and whether it judges this host);
+  ``validate DIR`` judges every run of the unchanged build against the K runs recorded
   before it (and every injected run against the K runs before it): false alarms and detections on real runs.
 - ``import``, ``runs``, ``history`` (``cli_history``): fill the run history from results files, list its runs,
   show a scenario's series and change points (and draw them); ``migrate`` rewrites old baseline formats, and
@@ -30,7 +32,7 @@ from engine_fixtures import cli_history, options
 from engine_fixtures.errors import PerfError
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.verdicts import judge_result
-from engine_fixtures.machine import MachineInfo
+from engine_fixtures.machine import HostIdentity, MachineInfo, host_of
 from engine_fixtures.report.table import markdown, rows_for, terminal_table
 from engine_fixtures.store import history
 from engine_fixtures.store.baselines import Baseline, BaselineRun, BaselineStore, machine_keys
@@ -56,14 +58,17 @@ def _results_files(paths: Sequence[Path]) -> list[ResultsFile]:
 def cmd_update(args: argparse.Namespace) -> int:
     root = _opt(args, "baseline_dir")
     if args.from_runs is not None:
-        key = args.machine or MachineInfo.collect().key
+        here = None if args.machine else MachineInfo.collect()
+        key = args.machine or here.key
         files, where = _clean_runs_source(args, key)
         store = BaselineStore(root, key)
-        chosen = last_clean_runs(files, key, args.from_runs, args.scenario)
+        chosen = last_clean_runs(files, key, args.from_runs, args.scenario, here.host if here else None)
         if not chosen:
-            print(f"no clean runs of machine key {key} in {where}")
+            on = f" on this host, {here.host.describe()}" if here and here.host else ""
+            print(f"no clean runs of machine key {key}{on} in {where} (runs without a host record are never pooled)")
             return 2
-        print(f"the newest {args.from_runs} clean run(s) of {key} in {where}:")
+        host = host_of(next(iter(chosen.values()))[-1].machine)
+        print(f"the newest {args.from_runs} clean run(s) of {key} in {where}, of host {_host_text(host)}:")
         plans = []
         for scenario, runs in sorted(chosen.items()):
             if len(runs) < args.from_runs:
@@ -108,7 +113,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     root, floor = _opt(args, "baseline_dir"), _opt(args, "floor")
     rows = []
     for rf in _results_files(args.results):
-        store = BaselineStore(root, rf.machine_key)
+        store = BaselineStore(root, rf.machine_key, host_of(rf.machine))  # a pool judges only its own host's runs
         for result in rf.results:
             base = store.load(result.scenario)
             pool = base if isinstance(base, Baseline) else None
@@ -123,20 +128,28 @@ def cmd_show(args: argparse.Namespace) -> int:
     keys = [args.machine] if args.machine else machine_keys(root)
     if not keys:
         print(f"no baselines under {root}; record them with `perf-baseline update --from-runs 5`")
+        return 0
+    here = MachineInfo.collect().host
     for key in keys:
         store = BaselineStore(root, key)
         print(f"[{key}] {store.dir}")
         for scenario in store.scenarios():
-            b = store.load(scenario)
-            assert isinstance(b, Baseline)
+            b = store.pool(scenario)
+            assert b is not None
             dates = sorted(r.date[:10] for r in b.runs)
+            judges = "judges this host" if here is not None and here.same_host(b.host) else "judges nothing here"
             print(f"  {scenario}: {len(b.runs)} run(s) {dates[0]}..{dates[-1]}")
+            print(f"    host {_host_text(b.host)}: {judges}")
             for name, n in b.noise().items():
                 catches = n.get("detectable")
                 shown = "-" if catches is None else (f"{catches:.1%}" if n["scale"] == "log" else f"{catches:.3g}")
                 print(f"    {name} = {n['level']:.4g} {metric(name).unit}; between-run sd {n['between_sd']:.3g}, "
                       f"within-run sd {n['within_sd']:.3g} ({n['scale']}); catches {shown}")
     return 0
+
+
+def _host_text(host: HostIdentity | None) -> str:
+    return host.describe() if host is not None else "unknown (no host record: written before pools recorded it)"
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -4,11 +4,19 @@ Layout: ``<root>/<machine_key>/<scenario file name>.json`` (``store.files``), on
 
 Format (``BASELINE_FORMAT_VERSION`` = 3; sorted keys, 2-space indent)::
 
-    {"format_version": 3, "scenario": ..., "arm": {...}, "machine_key": ...,
+    {"format_version": 3, "scenario": ..., "arm": {...}, "machine_key": ..., "host": {...} | null,
      "runs": [{"run_id", "date", "suite_commit", "command", "versions", "verdict", "accepted",
                "samples": {metric: [one value per window]}, "warmup": {...}, "metadata": {...}}, ...],
      "noise": {metric: {"runs", "windows", "level", "between_cv", "within_cv", "detectable"}},
      "metadata": {...}}
+
+``"host"`` (``machine.HostIdentity``: GPU UUIDs, CPU model and max clock, kernel, runner label) is the host
+that recorded the pool. A pool judges only runs of that host (``HostIdentity.same_host``): ``load`` gives a pool
+of another host the same ``MissingBaseline`` (a ``no-baseline`` row naming both hosts and the command that
+records this host's pool) as no file at all. Files written before pools recorded their host (format 3 without
+``host``, and formats 1 and 2) stay readable (``pool``, ``perf-baseline show``) but never judge: their host is
+unknown. The machine key stays the directory, so two hosts of one key share a path: keep each runner's pools
+in its own ``PERF_BASELINE_DIR``.
 
 Each run is one independent measurement (its own process and engine start); ``verdict`` is what that run was
 judged (``unjudged`` for runs recorded before verdicts existed) and ``accepted`` the reason given with
@@ -36,13 +44,14 @@ from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.noise import MIN_RUNS, NoiseModel
 from engine_fixtures.judge.rows import worse_change
 from engine_fixtures.judge.sequential import DEFAULT_MAX_REPEATS, DEFAULT_REPEATS, Budget
+from engine_fixtures.machine import HostIdentity, host_of
 from engine_fixtures.store.files import atomic_write_text, dumps, file_name_of, scenario_of
 from engine_fixtures.store.results import ResultsFile, RunResult
 
 BASELINE_FORMAT_VERSION = 3
 MAX_RUNS = 10
 POOL_RUNS = 5  # the pool size recorded by default: simulated false alarms stay within nominal from K = 5 (docs/results)
-UPDATE_HINT = (f"`perf-baseline update --from-runs {POOL_RUNS}` (pools this machine's newest {POOL_RUNS} clean runs "
+UPDATE_HINT = (f"`perf-baseline update --from-runs {POOL_RUNS}` (pools this host's newest {POOL_RUNS} clean runs "
                "from the run history) or `pytest --perf-update-baselines` once per run")
 
 
@@ -96,13 +105,15 @@ class BaselineRun:
 
 @dataclass(frozen=True)
 class Baseline:
-    """A scenario's pool of runs on one machine key."""
+    """A scenario's pool of runs on one machine key, recorded on ``host`` (None: a file from before hosts were
+    recorded, which never judges)."""
 
     scenario: str
     arm: Mapping[str, str]
     machine_key: str
     runs: tuple[BaselineRun, ...]
     metadata: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    host: HostIdentity | None = None
 
     def runs_for(self, name: str) -> list[tuple[float, ...]]:
         """Per-run windows of ``name`` (runs that did not measure it are left out)."""
@@ -139,8 +150,8 @@ class Baseline:
 
     def to_json(self) -> dict[str, Any]:
         return {"format_version": BASELINE_FORMAT_VERSION, "scenario": self.scenario, "arm": dict(self.arm),
-                "machine_key": self.machine_key, "runs": [r.to_json() for r in self.runs], "noise": self.noise(),
-                "metadata": dict(self.metadata)}
+                "machine_key": self.machine_key, "host": self.host.to_json() if self.host is not None else None,
+                "runs": [r.to_json() for r in self.runs], "noise": self.noise(), "metadata": dict(self.metadata)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Baseline:
@@ -148,7 +159,7 @@ class Baseline:
         if not runs:
             raise ValueError("a baseline without runs")
         return cls(data["scenario"], MappingProxyType(dict(data.get("arm", {}))), data["machine_key"], runs,
-                   MappingProxyType(dict(data.get("metadata", {}))))
+                   MappingProxyType(dict(data.get("metadata", {}))), HostIdentity.from_json(data.get("host")))
 
 
 def _round(x: float) -> float:
@@ -157,15 +168,31 @@ def _round(x: float) -> float:
 
 @dataclass(frozen=True)
 class MissingBaseline:
-    """No baseline for this scenario on this machine key."""
+    """No baseline for this scenario on this host: no file, or a pool recorded on another host (``found``: that
+    host, or that the file has no host record) that cannot judge ``host`` (this one)."""
 
     scenario: str
     path: Path
+    found: str | None = None
+    host: str | None = None
 
     @property
     def reason(self) -> str:
-        return (f"no baseline for {self.scenario!r} at {self.path}; record one from >= {MIN_RUNS} independent "
-                f"runs with {UPDATE_HINT} (this run's result was recorded)")
+        record = f"from >= {MIN_RUNS} independent runs with {UPDATE_HINT} (this run's result was recorded)"
+        if self.found is None:
+            return f"no baseline for {self.scenario!r} at {self.path}; record one {record}"
+        return (f"no baseline for {self.scenario!r} on this host: the pool at {self.path} was recorded on "
+                f"{self.found}, and this host is {self.host or 'unknown'}; a pool judges only the host that "
+                f"recorded it: record this host's pool {record}")
+
+
+def _foreign(baseline: Baseline, here: HostIdentity | None) -> str | None:
+    """Why ``baseline`` cannot judge runs of ``here``, as the 'recorded on' part of a message; None if it can."""
+    if baseline.host is None:
+        return "an unknown host (the file has no host record: written before pools recorded their host)"
+    if here is None or not here.same_host(baseline.host):
+        return f"another host, {baseline.host.describe()}"
+    return None
 
 
 def migrate_v1_to_v2(data: Mapping[str, Any], machine_key: str) -> dict[str, Any]:
@@ -202,13 +229,15 @@ def format_version_of(data: Any) -> Any:
 
 
 class BaselineStore:
-    """Baselines of one machine key under ``root``."""
+    """Baselines of one machine key under ``root``, judging runs of ``host`` (this host; None: an unknown host,
+    which no pool judges)."""
 
-    def __init__(self, root: Path, machine_key: str) -> None:
+    def __init__(self, root: Path, machine_key: str, host: HostIdentity | None = None) -> None:
         if not machine_key or "/" in machine_key or machine_key.startswith("."):
             raise BaselineError(f"invalid machine key {machine_key!r}: it must be a non-empty directory name")
         self.root = Path(root)
         self.machine_key = machine_key
+        self.host = host
         self.dir = self.root / machine_key
 
     def path_for(self, scenario: str) -> Path:
@@ -226,10 +255,22 @@ class BaselineStore:
         return data
 
     def load(self, scenario: str) -> Baseline | MissingBaseline:
-        """The baseline of ``scenario``, migrated in memory if it is in an older format."""
+        """The pool that judges ``scenario`` on this store's host (migrated in memory if it is in an older format);
+        ``MissingBaseline`` when there is none, or when the stored pool is another host's or has no host record."""
+        path = self.path_for(scenario)
+        stored = self.pool(scenario)
+        if stored is None:
+            return MissingBaseline(scenario, path)
+        found = _foreign(stored, self.host)
+        if found is not None:
+            return MissingBaseline(scenario, path, found, self.host.describe() if self.host is not None else None)
+        return stored
+
+    def pool(self, scenario: str) -> Baseline | None:
+        """The stored pool of ``scenario`` whatever host recorded it (None: no file); for updates and listings."""
         path = self.path_for(scenario)
         if not path.exists():
-            return MissingBaseline(scenario, path)
+            return None
         return self._parse(path, self.read_raw(path))
 
     def _parse(self, path: Path, data: dict[str, Any]) -> Baseline:
@@ -274,13 +315,15 @@ class BaselineStore:
 
     def pooled_with(self, result: RunResult, run: BaselineRun, machine: Mapping[str, Any] | None = None,
                     replace_pool: bool = False, max_runs: int = MAX_RUNS) -> Baseline:
-        """The scenario's pool with ``run`` added (or a new pool of it alone with ``replace_pool``)."""
-        current = None if replace_pool else self.load(result.scenario)
+        """The scenario's pool with ``run`` added (or a new pool of it alone with ``replace_pool``, or when the
+        stored pool is another host's: ``machine``'s host, from ``MachineInfo.as_dict()``, records the pool)."""
+        host = host_of(machine)
+        current = None if replace_pool else self.pool(result.scenario)
         meta = {"machine": dict(machine or {})}
-        if isinstance(current, Baseline):
+        if current is not None and host is not None and host.same_host(current.host):
             return replace(current.with_run(run, max_runs), metadata=MappingProxyType({**current.metadata, **meta}))
         return Baseline(result.scenario, MappingProxyType(dict(result.arm)), self.machine_key, (run,),
-                        MappingProxyType(meta))
+                        MappingProxyType(meta), host)
 
     def paths(self) -> Iterator[Path]:
         """Baseline files of this machine key (temp files ignored), sorted."""

@@ -5,9 +5,14 @@
   or ``inconclusive`` is refused unless ``accept`` gives a reason, which is stored with the run.
 - Runs measured with an injected slowdown or fault, or in an A/B comparison against a reference build, are
   never pooled: they do not describe the build.
+- A pool belongs to one host (``machine.HostIdentity``, recorded as the pool's ``host``): a run whose results
+  carry no host record (written before hosts were recorded) is never pooled, and a run of another host than the
+  pool's is refused, naming both hosts; ``replace_pool`` (``--replace``, ``update --from-runs``) starts the pool
+  afresh on the runs' host.
 - ``plan_update`` computes every change first; ``describe`` shows per metric the level, the runs pooled and
   the change the pool can catch, before and after; ``apply`` writes the planned files atomically.
-- ``last_clean_runs`` picks, per scenario, the newest K clean runs of one machine key among results files.
+- ``last_clean_runs`` picks, per scenario, the newest K clean runs of one machine key and one host among results
+  files.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine_fixtures.errors import BaselineError
-from engine_fixtures.store.baselines import MAX_RUNS, Baseline, BaselineRun, BaselineStore
+from engine_fixtures.machine import HostIdentity, host_of
+from engine_fixtures.store.baselines import MAX_RUNS, POOL_RUNS, Baseline, BaselineRun, BaselineStore
 from engine_fixtures.store.results import ResultsFile
 
 BAD = ("regression", "inconclusive")
@@ -40,6 +46,9 @@ def refusal(rf: ResultsFile, scenario: str, accept: str | None) -> str | None:
         return f"{rf.run_id}: measured with an injected slowdown or fault ({rf.injection}); never a baseline"
     if rf.reference:
         return f"{rf.run_id}: an A/B run against {rf.reference}; never a baseline"
+    if host_of(rf.machine) is None:
+        return (f"{rf.run_id}: its results have no host record (written before hosts were recorded); a pool judges "
+                "only the host that recorded it, so a run of an unknown host is never pooled")
     outcome = rf.outcome(scenario)
     if outcome in BAD and not accept:
         return (f"{rf.run_id}: {scenario} was judged {outcome}; record it only with --accept REASON "
@@ -63,11 +72,10 @@ def plan_update(store: BaselineStore, runs: Sequence[ResultsFile], *, scenario_g
                 continue
             plan = plans.get(result.scenario)
             if plan is None:
-                before = store.load(result.scenario)
-                before = before if isinstance(before, Baseline) else None
+                before = store.pool(result.scenario)
                 plan = Planned(result.scenario, store.path_for(result.scenario), before,
                                None if replace_pool else before, (), ())
-            why = refusal(rf, result.scenario, accept)
+            why = refusal(rf, result.scenario, accept) or _other_host(rf, plan)
             if why is not None:
                 plans[result.scenario] = Planned(plan.scenario, plan.path, plan.before, plan.after, plan.added,
                                                  (*plan.refused, why))
@@ -75,10 +83,22 @@ def plan_update(store: BaselineStore, runs: Sequence[ResultsFile], *, scenario_g
             outcome = rf.outcome(result.scenario)
             run = BaselineRun.from_result(result, rf, accepted=accept if outcome in BAD else None)
             after = plan.after.with_run(run, max_runs) if plan.after is not None else Baseline(
-                result.scenario, result.arm, store.machine_key, (run,), {"machine": dict(rf.machine)})
+                result.scenario, result.arm, store.machine_key, (run,), {"machine": dict(rf.machine)},
+                host_of(rf.machine))
             plans[result.scenario] = Planned(plan.scenario, plan.path, plan.before, after,
                                              (*plan.added, rf.run_id), plan.refused)
     return list(plans.values())
+
+
+def _other_host(rf: ResultsFile, plan: Planned) -> str | None:
+    """Why ``rf`` may not join the pool ``plan`` builds: it was measured on another host than the pool's."""
+    host = host_of(rf.machine)
+    if plan.after is None or host is None or host.same_host(plan.after.host):
+        return None
+    pool_host = plan.after.host.describe() if plan.after.host is not None else "an unknown host (no host record)"
+    return (f"{rf.run_id}: measured on {host.describe()}, but the pool at {plan.path} is of {pool_host}; a pool "
+            f"belongs to one host: start this host's pool with `perf-baseline update --from-runs {POOL_RUNS}` or "
+            "`--replace` (both replace the stored pool), or keep each host's pools in its own PERF_BASELINE_DIR")
 
 
 def apply(store: BaselineStore, plans: Iterable[Planned]) -> list[Path]:
@@ -111,11 +131,15 @@ def _pct(entry: dict) -> str:
     return f"{d:.1%}" if entry.get("scale") == "log" else f"{d:.3g}"
 
 
-def last_clean_runs(files: Sequence[ResultsFile], machine_key: str, k: int,
-                    scenario_glob: str | None = None) -> dict[str, list[ResultsFile]]:
-    """Per scenario, the newest ``k`` clean runs of ``machine_key`` (oldest first)."""
+def last_clean_runs(files: Sequence[ResultsFile], machine_key: str, k: int, scenario_glob: str | None = None,
+                    host: HostIdentity | None = None) -> dict[str, list[ResultsFile]]:
+    """Per scenario, the newest ``k`` clean runs of ``machine_key`` measured on ``host`` (oldest first); without
+    ``host``, on the host of the newest run of ``machine_key`` that records one (a pool is one host's)."""
+    mine = sorted((f for f in files if f.machine_key == machine_key), key=lambda r: r.date, reverse=True)
+    if host is None:
+        host = next((h for f in mine if (h := host_of(f.machine)) is not None), None)
     chosen: dict[str, list[ResultsFile]] = {}
-    for rf in sorted((f for f in files if f.machine_key == machine_key), key=lambda r: r.date, reverse=True):
+    for rf in (f for f in mine if host is not None and host.same_host(host_of(f.machine))):
         for result in rf.results:
             s = result.scenario
             if scenario_glob is not None and not fnmatch.fnmatchcase(s, scenario_glob):

@@ -1,4 +1,4 @@
-"""Machine facts and the baseline machine key."""
+"""Machine facts, the baseline machine key and the host identity pools record."""
 
 from __future__ import annotations
 
@@ -6,14 +6,26 @@ import dataclasses
 import json
 import os
 import re
+import socket
 from pathlib import Path
+from types import SimpleNamespace
 
+import psutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from engine_fixtures.isolation.cgroups import effective_cpu_quota
-from engine_fixtures.machine import MachineInfo, cpu_model, machine_key, slug
+from engine_fixtures.machine import (
+    HostIdentity,
+    MachineInfo,
+    cpu_max_mhz,
+    cpu_model,
+    host_of,
+    machine_key,
+    runner_label,
+    slug,
+)
 from engine_fixtures.nvml import GpuInfo
 
 GPU_PART = r"(none|[a-z0-9.-]+-x\d+(_[a-z0-9.-]+-x\d+)*)"
@@ -110,3 +122,58 @@ def test_header_lines_and_metadata(info: MachineInfo) -> None:
     assert meta["visible_cpus"] == info.visible_cpus
     with_gpu = dataclasses.replace(info, gpus=(h200(),), gpu_unavailable=None)
     assert "1 x NVIDIA H200 140 GiB, driver 570.133.20" in "\n".join(with_gpu.header_lines())
+
+
+def host(uuids: tuple[str, ...] = (), runner: str = "gpu-runner-1", cpu: str = "Intel(R) Xeon(R) Processor",
+         mhz: float | None = 2100.0, kernel: str = "6.8.0-45-generic") -> HostIdentity:
+    return HostIdentity(uuids, cpu, mhz, kernel, runner)
+
+
+def test_host_identity_is_this_hosts_and_round_trips(info: MachineInfo) -> None:
+    assert info.host is not None
+    assert info.host.gpu_uuids == tuple(g.uuid for g in info.gpus)
+    assert info.host.cpu_model == info.cpu_model
+    assert info.host.runner == runner_label()
+    meta = json.loads(json.dumps(info.as_dict()))
+    assert HostIdentity.from_json(meta["host"]) == info.host
+    assert host_of(meta) == info.host
+    assert host_of({}) is None  # results and pools from before hosts were recorded
+    assert HostIdentity.from_json({"cpu": "x"}) is None
+    assert f"perf host: {info.host.describe()}" in info.header_lines()
+
+
+def test_runner_label_is_github_runner_name_else_the_hostname() -> None:
+    assert runner_label({"RUNNER_NAME": "h200-a"}) == "h200-a"
+    assert runner_label({}) == socket.gethostname()
+    assert HostIdentity.collect((h200(),), {"RUNNER_NAME": "h200-a"}).runner == "h200-a"
+
+
+def test_same_host_is_the_gpu_uuids_where_gpus_exist() -> None:
+    a = host(("GPU-64585b80",))
+    assert a.same_host(host(("GPU-64585b80",), runner="renamed", mhz=None, kernel="6.9"))  # clock, kernel: facts
+    assert not a.same_host(host(("GPU-0d1f2e3c",)))  # another H200 of the same machine key
+    assert not a.same_host(host())  # a GPU host is not a GPU-less one with its name
+    assert host(("GPU-b", "GPU-a")).same_host(host(("GPU-a", "GPU-b")))  # NVML's order does not matter
+    assert not host(("GPU-a", "GPU-b")).same_host(host(("GPU-a",)))  # another CUDA_VISIBLE_DEVICES: other GPUs
+    assert not a.same_host(None)  # no host record never matches
+
+
+def test_same_host_without_gpus_is_runner_label_and_cpu_model() -> None:
+    a = host()
+    assert a.same_host(host(mhz=None, kernel="6.9"))
+    assert not a.same_host(host(runner="gpu-runner-2"))
+    assert not a.same_host(host(cpu="AMD EPYC 9654 96-Core Processor"))
+
+
+def test_cpu_max_mhz_reads_cpufreq_and_says_absent_as_none(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    sysfs = tmp_path / "cpuinfo_max_freq"
+    sysfs.write_text("3800000\n")  # kHz
+    assert cpu_max_mhz(sysfs) == 3800.0
+    monkeypatch.setattr(psutil, "cpu_freq", lambda: None)  # a VM: no cpufreq, psutil knows nothing
+    assert cpu_max_mhz(tmp_path / "missing") is None
+    monkeypatch.setattr(psutil, "cpu_freq", lambda: SimpleNamespace(current=2600.0, min=0.0, max=0.0))
+    assert cpu_max_mhz(tmp_path / "missing") is None  # psutil's 0 means unknown
+    monkeypatch.setattr(psutil, "cpu_freq", lambda: SimpleNamespace(current=2600.0, min=800.0, max=3500.0))
+    assert cpu_max_mhz(tmp_path / "missing") == 3500.0
+    assert "max clock unknown" in host(mhz=None).describe()

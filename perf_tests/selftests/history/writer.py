@@ -34,7 +34,9 @@ def make_run(writer: int, i: int, machine_key: str = "fleet-box") -> ResultsFile
     verdicts = {r.scenario: {"requests_per_s": "pass", "ttft_p50_ms": "regression" if i % 7 == 3 else "pass"}
                 for r in results}
     when = (BASE + dt.timedelta(minutes=seq)).isoformat()
-    return ResultsFile(tuple(results), machine_key, {"hostname": f"runner-{writer}"}, "abc123", when,
+    host = {"gpu_uuids": [], "cpu_model": "fleet CPU", "cpu_max_mhz": None, "kernel": "6.8.0",
+            "runner": f"runner-{writer}"}  # a pool is one host's (machine.HostIdentity)
+    return ResultsFile(tuple(results), machine_key, {"hostname": f"runner-{writer}", "host": host}, "abc123", when,
                        f"pytest writer {writer}", {"sglang": "0.5.16", "torch": "2.11.0"},
                        f"{machine_key}@{when}#w{writer}r{i}", verdicts, runner={"name": f"runner-{writer}",
                                                                                   "labels": ["fleet", f"w{writer}"]})

@@ -10,16 +10,21 @@ import pytest
 
 from engine_fixtures.cli import main
 from engine_fixtures.judge.changepoint import detect
+from engine_fixtures.machine import HostIdentity, MachineInfo
 from engine_fixtures.store.results import ResultsFile, RunResult
+
+HOST = HostIdentity(("GPU-aaaa",), "Intel(R) Xeon(R) Processor", None, "6.8.0", "h200-a")
+OTHER = HostIdentity(("GPU-bbbb",), "Intel(R) Xeon(R) Processor", None, "6.8.0", "h200-b")
 
 
 def results_file(tmp: Path, name: str, latency: list[float], date: str = "2025-01-01T00:00:00+00:00",
-                 verdict: str | None = None, injection: str = "", key: str = "m1") -> Path:
+                 verdict: str | None = None, injection: str = "", key: str = "m1",
+                 host: HostIdentity = HOST) -> Path:
     r = RunResult("demo/c=4", {"c": "4"}, {"latency_p50_ms": tuple(latency)})
     path = tmp / f"results-{name}.json"
     verdicts = {"demo/c=4": {"latency_p50_ms": verdict}} if verdict else {}
-    path.write_text(ResultsFile((r,), key, date=date, run_id=f"{key}@{name}", verdicts=verdicts,
-                                injection=injection).dumps())
+    path.write_text(ResultsFile((r,), key, {"host": host.to_json()}, date=date, run_id=f"{key}@{name}",
+                                verdicts=verdicts, injection=injection).dumps())
     return path
 
 
@@ -48,9 +53,30 @@ def test_update_compare_show_migrate(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["show", "--baseline-dir", bl]) == 0
     out = capsys.readouterr().out
     assert "demo/c=4: 3 run(s) 2025-01-01..2025-01-03" in out
+    assert "host h200-a (GPU-aaaa; Intel(R) Xeon(R) Processor, max clock unknown; kernel 6.8.0): judges nothing here" \
+        in out  # this test box is not h200-a
     assert "latency_p50_ms = 10" in out
     assert main(["migrate", "--baseline-dir", bl]) == 0
     assert capsys.readouterr().out == ""
+
+
+def test_compare_never_judges_another_hosts_run_and_show_says_which_host_judges(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bl = str(tmp_path / "bl")
+    here = MachineInfo.collect()
+    runs = [results_file(tmp_path, f"a{i}", noisy(10.0, i), date=f"2025-01-0{i}T00:00:00+00:00", key=here.key,
+                         host=here.host) for i in (1, 2, 3)]
+    assert main(["update", "--from", *map(str, runs), "--baseline-dir", bl]) == 0
+    capsys.readouterr()
+    assert main(["show", "--baseline-dir", bl]) == 0
+    assert f"host {here.host.describe()}: judges this host" in capsys.readouterr().out
+    slow = results_file(tmp_path, "c", noisy(13.0, 10), date="2025-01-06T00:00:00+00:00", key=here.key, host=OTHER)
+    assert main(["compare", str(slow), "--baseline-dir", bl]) == 0  # another host: nothing to judge it by
+    assert "no-baseline" in capsys.readouterr().out
+    same = results_file(tmp_path, "d", noisy(13.0, 10), date="2025-01-06T00:00:00+00:00", key=here.key,
+                        host=here.host)
+    assert main(["compare", str(same), "--baseline-dir", bl]) == 1
+    assert "regression" in capsys.readouterr().out
 
 
 def test_update_from_runs_pools_the_newest_clean_runs_and_refuses_regressions(
