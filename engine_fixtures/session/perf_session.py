@@ -14,12 +14,22 @@ results: the error line names the option and the import command) and, with
 ``Settings.update_baselines``, adds this run to each scenario's pooled baseline, guarded like
 ``perf-baseline update`` (``store.update``), and says what it added and what it refused.
 Nothing is written when no result was recorded. xdist workers never write.
+
+The session judges against the pools of THIS host only (``machine.HostIdentity``, from ``machine["host"]``): a
+pool recorded on another host, or without a host record, reads as no pool (``store.baselines``).
+A strict measuring session with nothing judged fails: in strict mode, when the session recorded rows and not
+one of them is a verdict (pass, regression, improvement, inconclusive: every row ``no-baseline`` or
+``report-only``), its exit status becomes 1 although no test failed, and the summary says why and how to fix
+it (``nothing_judged``). A session that records baselines (``--perf-update-baselines``) or says
+``--perf-allow-missing-baselines`` is exempt; one that recorded nothing (everything skipped at collection:
+``--perf-require-gpu`` guards that) is not a measuring session.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,6 +39,7 @@ import pytest
 
 from engine_fixtures.errors import ConfigError, PerfError
 from engine_fixtures.judge.verdicts import Verdict
+from engine_fixtures.machine import host_of
 from engine_fixtures.options import Settings
 from engine_fixtures.profile.report import ProfileBook
 from engine_fixtures.report.table import Row, markdown, rows_for, terminal_table
@@ -57,7 +68,7 @@ class PerfSession:
         self.settings = settings
         self.machine_key = machine_key
         self.machine = dict(machine or {})
-        self.store = BaselineStore(settings.baseline_dir, machine_key)
+        self.store = BaselineStore(settings.baseline_dir, machine_key, host_of(self.machine))  # this host's pools
         self.results: list[RunResult] = []
         self.records: list[Record] = []
         self.written: list[Path] = []
@@ -189,9 +200,28 @@ class PerfSession:
             notes.append(f"A/B against the reference build `{self.reference}`")
         notes += [f"finding: {f}" for f in self.findings]
         if any(v.status == "no-baseline" for rec in self.records for v in rec.verdicts):
-            notes.append(f"no-baseline rows: record this machine's baselines from >= 3 independent runs with "
-                         f"{UPDATE_HINT}")
+            notes.append(f"no-baseline rows: record this host's baselines from >= 3 independent runs with "
+                         f"{UPDATE_HINT} (a pool judges only the host that recorded it)")
+        if (why := self.nothing_judged()) is not None:
+            notes.append(f"FAILED: {why}")
         return notes
+
+    def nothing_judged(self) -> str | None:
+        """Why this strict measuring session fails although no test may have: no row it recorded is a verdict
+        (see the module docstring); None when it judged something, is not strict, records baselines, allows
+        missing baselines or recorded nothing."""
+        settings = self.settings
+        if not settings.strict or settings.update_baselines or settings.allow_missing_baselines or not self.records:
+            return None
+        if any(v.is_verdict for rec in self.records for v in rec.verdicts):
+            return None
+        counts = Counter(v.status for rec in self.records for v in rec.verdicts)
+        rows = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no rows"
+        scenarios = len({rec.scenario for rec in self.records})
+        return (f"strict mode: this session measured {scenarios} scenario(s) and judged none ({rows}): a run that "
+                "judges nothing cannot see a regression, so it is not green. Record this host's pools with "
+                f"{UPDATE_HINT}, measure a same-run contrast, or run with --perf-allow-missing-baselines (or "
+                "--perf-strict no) to accept a run that only reports")
 
     # pytest hooks of the registered plugin object
     @pytest.hookimpl(trylast=True)
@@ -199,6 +229,8 @@ class PerfSession:
         if hasattr(session.config, "workerinput"):
             return
         self.finish()
+        if self.nothing_judged() is not None and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         for finding in self.findings:
@@ -209,7 +241,7 @@ class PerfSession:
         tr.write_sep("=", "perf summary")
         tr.write(terminal_table(self.rows(), width=tr._tw.fullwidth, color=tr.hasmarkup))
         for note in self.notes():
-            tr.write_line(f"perf: {note}")
+            tr.write_line(f"perf: {note}", red=note.startswith("FAILED"))
         for path in self.written:
             tr.write_line(f"perf: wrote {path}")
         for line in self.update_lines:

@@ -8,7 +8,9 @@
    raises ``Inconclusive`` in strict mode (``--perf-strict``, on when ``CI`` is set) and skips with the
    noise it saw otherwise (never a pass); ``improvement`` raises ``StaleBaseline`` in strict mode (the
    baseline no longer describes the build and its promise is void until it is re-recorded); a result with
-   nothing judged because no baseline exists skips with the command that records one.
+   nothing judged because this host has no pool (none at all, or only another host's) skips with the command
+   that records one, on both tiers (a fresh runner's verdicts come from its same-run contrasts; a strict
+   session that judged nothing at all fails at its end: ``PerfSession.nothing_judged``).
 ``perf_record.verdicts(result)`` judges without recording (the sequential runners use it to decide when to
 stop). ``perf_record.diagnostic(result, why)`` records a result as report-only rows (a control arm whose
 numbers measure the machine). ``perf_invariant(label, metric, reference, current, bound, paired=True)``
@@ -24,7 +26,6 @@ from typing import Any
 import pytest
 
 from engine_fixtures.errors import (
-    BaselineError,
     ConfigError,
     Inconclusive,
     InvariantViolated,
@@ -96,30 +97,9 @@ class PerfRecorder:
         self.session.record(self.item.nodeid, result, verdicts, path if isinstance(base, Baseline) else None)
         self.sections_for(result.scenario, result.arm, verdicts, f"baseline {path}")
         missing = base.reason if isinstance(base, MissingBaseline) else None
-        self.require_pool(result.scenario, verdicts, missing)
         conclude(result.scenario, verdicts, self.session.settings.strict, missing,
                  profile=self.session.profiles.failure_text([result.scenario]))
         return verdicts
-
-    def require_pool(self, scenario: str, verdicts: Sequence[Verdict], missing: str | None) -> None:
-        """GPU tier, strict: a missing pool (or one still being built) fails unless the scenario is declared new
-        (``perf(new="why")``), the run says ``--perf-allow-missing-baselines``, or it records baselines. The CPU
-        tier judges same-run invariants on fresh boxes and keeps its ``no-baseline`` rows."""
-        __tracebackhide__ = True
-        settings = self.session.settings
-        if (not settings.strict or settings.allow_missing_baselines or settings.update_baselines
-                or not _gpu_tier(self.item, scenario) or _declared_new(self.item)):
-            return
-        unpooled = [v.metric for v in verdicts if v.status == "no-baseline" and v.gating]
-        if missing is None and not unpooled:
-            return
-        where = missing or f"{scenario}: no judging pool for {', '.join(unpooled)}"
-        raise BaselineError(
-            f"{where}\nA strict GPU-tier run judges nothing without a pool, and the machine key "
-            f"({self.session.machine_key}) includes the visible CPUs and the quota: a changed cpuset or a wrong "
-            "PERF_BASELINE_DIR reads as a missing pool. Check `perf-baseline show`; record the pool with "
-            f"{UPDATE_HINT}; or, for a scenario that is really new, mark it perf(new='why') or run with "
-            "--perf-allow-missing-baselines")
 
     def diagnostic(self, result: RunResult, why: str) -> list[Verdict]:
         """Record ``result`` as report-only rows (e.g. a control arm: its numbers are the machine's speed)."""
@@ -157,16 +137,6 @@ class PerfRecorder:
         table = terminal_table(rows_for(scenario, arm if isinstance(arm, dict) else dict(arm), verdicts), width=110)
         self.item.add_report_section("call", "perf", f"{where}\n{table}")
         add_on_failure(self.item, "perf verdicts", lambda: table)
-
-
-def _gpu_tier(item: pytest.Item, scenario: str) -> bool:
-    """An engine scenario (its id starts ``engine/``) or an ``engine``-marked test."""
-    return scenario.startswith("engine/") or item.get_closest_marker("gpu_tier") is not None
-
-
-def _declared_new(item: pytest.Item) -> bool:
-    mark = item.get_closest_marker("perf")
-    return bool(mark is not None and mark.kwargs.get("new"))
 
 
 def _samples(x: RunResult | Sequence[float], name: str) -> Sequence[float]:

@@ -179,6 +179,7 @@ def test_a_result_with_nothing_judged_is_a_usage_error_not_a_pass(pytester: pyte
     bl = pytester.path / "bl" / MachineInfo.collect().key
     bl.mkdir(parents=True)
     (bl / "s.json").write_text(json.dumps({"format_version": 3, "scenario": "s", "arm": {}, "machine_key": bl.name,
+                                           "host": MachineInfo.collect().host.to_json(),
                                            "runs": [{"run_id": "r", "samples": {"throttled_periods": [1.0]}}]}))
     r = run(pytester)
     r.assert_outcomes(failed=1, passed=1)
@@ -189,33 +190,63 @@ GPU_FILE = """
 import pytest
 from engine_fixtures.store.results import RunResult
 
-def result():
-    return RunResult("engine/transport=cpu/copy=buffer/c=16", {"copy": "buffer"},
+def result(copy):
+    return RunResult(f"engine/transport=cpu/copy={copy}/c=16", {"copy": copy},
                      {"requests_per_s": (30.0, 31.0, 30.5), "tpot_p50_ms": (3.0, 3.1, 3.05)})
 
-@pytest.mark.perf
-def test_known(perf_record):
-    perf_record(result())
-
-@pytest.mark.perf(new="first run of a new arm")
-def test_declared_new(perf_record):
-    perf_record(result())
+@pytest.mark.perf  # an engine/ scenario id is the GPU tier's (the gpu_tier marker would skip without SGLang)
+@pytest.mark.parametrize("copy", ["buffer", "stock"])
+def test_arm(perf_record, copy):
+    perf_record(result(copy))
 """
 
 
-def test_a_strict_gpu_tier_run_fails_on_a_missing_pool_unless_declared_new_or_allowed(
+def test_a_gpu_tier_arm_without_a_pool_skips_and_a_strict_session_that_judged_nothing_fails(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 19 item 4: no-baseline was a skip even in strict mode, so a changed machine key went green."""
+    """A fresh runner: every arm says no-baseline (a skip naming the command), since its verdicts come from the
+    same-run contrasts; but a strict session in which not one row was a verdict is not green."""
     pytester.makepyfile(test_gpu=GPU_FILE)
     monkeypatch.setenv("PERF_STRICT", "yes")
-    monkeypatch.setenv("PERF_HISTORY_URL", "none")  # three in-process sessions; the history is not under test
+    monkeypatch.setenv("PERF_HISTORY_URL", "none")  # in-process sessions; the history is not under test
     r = run(pytester)
-    r.assert_outcomes(failed=1, skipped=1)
-    r.stdout.fnmatch_lines(["*BaselineError*no baseline for 'engine/transport=cpu/copy=buffer/c=16'*",
-                            "*includes the visible CPUs and the quota*"])
-    run(pytester, "--perf-allow-missing-baselines").assert_outcomes(skipped=2)
+    r.assert_outcomes(skipped=2)
+    assert r.ret == pytest.ExitCode.TESTS_FAILED
+    r.stdout.fnmatch_lines(["*perf: FAILED: strict mode: this session measured 2 scenario(s) and judged none "
+                            "(4 no-baseline)*--perf-allow-missing-baselines*",
+                            "*no baseline for 'engine/transport=cpu/copy=buffer/c=16'*perf-baseline update*"])
+    assert "FAILED: strict mode" in (pytester.path / "out" / "summary.md").read_text()
+    assert run(pytester, "--perf-allow-missing-baselines").ret == pytest.ExitCode.OK
     monkeypatch.setenv("PERF_STRICT", "no")
-    run(pytester).assert_outcomes(skipped=2)
+    r = run(pytester)
+    r.assert_outcomes(skipped=2)
+    assert r.ret == pytest.ExitCode.OK
+
+
+def test_a_strict_session_with_one_verdict_is_judged(suite: pytest.Pytester) -> None:
+    r = run(suite)  # the pool-less arm skips; the same-run invariant decides
+    r.assert_outcomes(skipped=1, passed=1)
+    assert r.ret == pytest.ExitCode.OK
+    assert "judged none" not in r.stdout.str()
+
+
+def test_a_pool_of_another_host_is_no_baseline_and_its_own_host_is_judged(
+        suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key (CPU model, CPUs, quota, GPU model and count) cannot tell two hosts apart: the pool's host can.
+    On a GPU-less box the host is the runner label (RUNNER_NAME) and the CPU model."""
+    monkeypatch.setenv("RUNNER_NAME", "runner-a")
+    build_pool(suite, monkeypatch)
+    monkeypatch.setenv("RUNNER_NAME", "runner-b")
+    r = run(suite, "-k", "not invariant")
+    r.assert_outcomes(skipped=1)
+    assert r.ret == pytest.ExitCode.TESTS_FAILED  # strict, and nothing judged
+    if MachineInfo.collect().gpus:
+        return  # a GPU box: the host is its GPU UUIDs, which RUNNER_NAME does not change
+    r.stdout.fnmatch_lines(["*no baseline for 'demo/arm=a/c=4' on this host: the pool at * was recorded on "
+                            "another host, runner-a (no GPU;*, and this host is runner-b (no GPU;*"])
+    monkeypatch.setenv("RUNNER_NAME", "runner-a")
+    r = run(suite, "-k", "not invariant")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["*latency_p50_ms*3 runs*pass*"])
 
 
 def test_require_gpu_stops_a_run_where_nvml_sees_no_gpu(pytester: pytest.Pytester) -> None:
