@@ -158,6 +158,10 @@ _ALL: tuple[Metric, ...] = (
           "bursts: quantized)"),
     _diag("client_loop_lag_p99_ms", "ms", "p99 lateness of the load client's event-loop probe over its segment"),
     _diag("running_requests_mean", "req", "mean running requests the scheduler reported while loaded"),
+    # GPU telemetry (NVML, mean over the window and the arm's GPUs): report-only, the suite never locks clocks.
+    _diag("gpu_sm_clock_mhz_mean", "MHz", "mean GPU SM clock over the window"),
+    _diag("gpu_mem_clock_mhz_mean", "MHz", "mean GPU memory clock over the window"),
+    _diag("gpu_power_w_mean", "W", "mean GPU power draw over the window"),
 )
 
 METRICS: Mapping[str, Metric] = MappingProxyType({m.name: m for m in _ALL})

@@ -1,4 +1,5 @@
-"""NVIDIA GPU metrics through NVML (nvidia-ml-py): utilisation, memory, SM clock, power, per-process memory.
+"""NVIDIA GPU metrics through NVML (nvidia-ml-py): utilisation, memory, SM and memory clocks, power, per-process
+memory. Clocks and power are telemetry (report-only: the suite never locks clocks, it records what they were).
 
 NVML talks to the driver only; it never creates a CUDA context, so using it here does not initialise
 CUDA in the test process. Where NVML cannot be loaded, ``available()`` returns the reason as a fact and
@@ -29,7 +30,8 @@ class GpuSampler(TickedWindow):
 
     Summary over all samples of all listed GPUs: ``gpu.util.mean/p50/p95`` (NVML utilisation %, each
     reading averages the driver's last sample period), ``gpu.mem_used_mib.max`` (peak on any listed
-    GPU), ``gpu.sm_clock_mhz.mean``, ``gpu.power_w.mean`` (only where the GPU reports power) and
+    GPU), ``gpu.sm_clock_mhz.mean``, ``gpu.mem_clock_mhz.mean``, ``gpu.power_w.mean`` (only where the
+    GPU reports power) and
     ``gpu.proc_mem_mib.<key>``: peak GPU memory summed over the key's pids, where ``pids_fn()``
     returns ``{role: pids}`` (key = role) or a list of pids (key = pid). NVML may not report per-process
     memory (no permission, or pids from another PID namespace); then no ``proc_mem`` metric is given
@@ -57,6 +59,9 @@ class GpuSampler(TickedWindow):
         self._failure: str | None = None
         self._exit = contextlib.ExitStack()
         self.util = Gauge()  # mean utilisation over the listed GPUs, per reading
+        self.sm_clock = Gauge()  # mean SM clock (MHz) over the listed GPUs, per reading
+        self.mem_clock = Gauge()  # mean memory clock (MHz)
+        self.power = Gauge()  # mean power draw (W), while every listed GPU reports it
 
     def available(self) -> str | None:
         try:
@@ -88,12 +93,14 @@ class GpuSampler(TickedWindow):
         util = [float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu) for h in self._handles]
         self._util.extend(util)
         self.util.add(now, float(np.mean(util)))
+        sm, mem_clock, power = [], [], []
         for h in self._handles:
             self._mem.append(pynvml.nvmlDeviceGetMemoryInfo(h).used / MIB)
-            self._clock.append(float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)))
+            sm.append(float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)))
+            mem_clock.append(float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)))
             if self._power_ok:
                 try:
-                    self._power.append(pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0)
+                    power.append(pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0)
                 except pynvml.NVMLError_NotSupported:
                     self._power_ok = False
             if self._pids_fn is not None:
@@ -101,6 +108,12 @@ class GpuSampler(TickedWindow):
                     used = None if p.usedGpuMemory is None else p.usedGpuMemory / MIB
                     prev = per_pid.get(p.pid, 0.0)
                     per_pid[p.pid] = None if used is None or prev is None else prev + used
+        self._clock.extend(sm)
+        self.sm_clock.add(now, float(np.mean(sm)))
+        self.mem_clock.add(now, float(np.mean(mem_clock)))
+        if self._power_ok:
+            self._power.extend(power)
+            self.power.add(now, float(np.mean(power)))
         if self._pids_fn is not None:
             self._record_proc_mem(per_pid)
 
@@ -120,9 +133,16 @@ class GpuSampler(TickedWindow):
             self._proc_mem[key] = max(self._proc_mem.get(key, 0.0), total)
 
     def cut(self, t0: float, t1: float) -> dict[str, float]:
-        """``gpu.util.mean`` over the readings inside ``[t0, t1)`` of a closed window."""
+        """Over the readings inside ``[t0, t1)`` of a closed window: ``gpu.util.mean``, ``gpu.sm_clock_mhz.mean``,
+        ``gpu.mem_clock_mhz.mean`` and ``gpu.power_w.mean`` (absent where the GPUs stopped reporting power
+        before the window ended)."""
         require_closed(self.name, self._closed, self._failure)
-        return {"gpu.util.mean": float(self.util.between(t0, t1, "GPU utilisation").mean())}
+        out = {"gpu.util.mean": float(self.util.between(t0, t1, "GPU utilisation").mean()),
+               "gpu.sm_clock_mhz.mean": float(self.sm_clock.between(t0, t1, "GPU SM clock").mean()),
+               "gpu.mem_clock_mhz.mean": float(self.mem_clock.between(t0, t1, "GPU memory clock").mean())}
+        if self._power_ok:
+            out["gpu.power_w.mean"] = float(self.power.between(t0, t1, "GPU power").mean())
+        return out
 
     def summary(self) -> dict[str, float]:
         require_closed(self.name, self._closed, self._failure)
@@ -133,6 +153,7 @@ class GpuSampler(TickedWindow):
             "gpu.util.p95": float(np.percentile(util, 95)),
             "gpu.mem_used_mib.max": max(self._mem),
             "gpu.sm_clock_mhz.mean": float(np.mean(self._clock)),
+            "gpu.mem_clock_mhz.mean": float(np.mean(self.mem_clock.values)),
         }
         if self._power_ok and self._power:
             out["gpu.power_w.mean"] = float(np.mean(self._power))

@@ -153,6 +153,9 @@ def window_values(seg: Segment, samplers: SamplerSet, t0: float, t1: float,
             values[f"cpu_share_of_quota.{parts[1]}"] = value
     if "gpu.util.mean" in cut:
         values["gpu_util_mean"] = cut["gpu.util.mean"]
+    for key in ("gpu.sm_clock_mhz.mean", "gpu.mem_clock_mhz.mean", "gpu.power_w.mean"):  # telemetry, report-only
+        if key in cut:
+            values[key.replace(".", "_")] = cut[key]
     if "running.max" in cut:
         values["running_requests_max"] = cut["running.max"]
         values["running_requests_mean"] = cut["running.mean"]

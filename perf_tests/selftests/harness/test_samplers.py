@@ -1,4 +1,5 @@
-"""Samplers against real processes, a real cgroup quota and the real NVML (or its real absence)."""
+"""Samplers against real processes, a real cgroup quota and the real NVML (or its real absence); the GPU
+sampler's per-window cut against a fake NVML module."""
 
 from __future__ import annotations
 
@@ -7,12 +8,17 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 
 import psutil
+import pynvml
 import pytest
 
+import engine_fixtures.nvml
+import engine_fixtures.sampling.gpu
 from engine_fixtures.errors import ConfigError, MeasurementError
 from engine_fixtures.isolation.cgroups import CpuQuota, CpuStat
+from engine_fixtures.judge.metrics import metric
 from engine_fixtures.nvml import GpuInfo, _cuda_visible, gpu_inventory, nvml_reason
 from engine_fixtures.sampling.base import Sampler, SamplerSet
 from engine_fixtures.sampling.cgroup import CgroupSampler
@@ -335,3 +341,92 @@ def test_gpu_sampler_sees_a_busy_gpu_and_its_process(spawn: Spawn) -> None:
         assert s["gpu.proc_mem_mib.load"] > 256
     else:
         assert gpu.proc_mem_unavailable, "no per-process memory and no reason why"
+
+
+class FakeNvml:
+    """Two GPUs through the NVML calls the GPU sampler makes. Every reading up to ``switch_after`` reads the
+    first values and every later one the second (SM clock per GPU, power per GPU, memory clock on both), so a
+    cut before and after the switch must see each level alone. ``power`` False: NVML_ERROR_NOT_SUPPORTED."""
+
+    NVMLError = pynvml.NVMLError
+    NVMLError_NotSupported = pynvml.NVMLError_NotSupported
+    NVML_CLOCK_SM = pynvml.NVML_CLOCK_SM
+    NVML_CLOCK_MEM = pynvml.NVML_CLOCK_MEM
+    SM = ((1980.0, 1500.0), (1200.0, 1000.0))
+    MEM = (3201.0, 2619.0)
+    POWER_MW = ((700_000, 500_000), (300_000, 200_000))
+
+    def __init__(self, switch_after: int, power: bool = True) -> None:
+        self.switch_after = switch_after
+        self.power = power
+        self.readings = 0
+
+    def _phase(self) -> int:
+        return 0 if self.readings <= self.switch_after else 1
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
+        if h == 0:
+            self.readings += 1  # one reading of both GPUs starts with GPU 0's utilisation
+        return SimpleNamespace(gpu=40.0)
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(used=1024 * 1024 * 1024, total=141 * 1024**3)
+
+    def nvmlDeviceGetClockInfo(self, h: int, kind: int) -> int:
+        return int(self.SM[self._phase()][h] if kind == pynvml.NVML_CLOCK_SM else self.MEM[self._phase()])
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
+        if not self.power:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return self.POWER_MW[self._phase()][h]
+
+
+def fake_nvml(monkeypatch: pytest.MonkeyPatch, fake: FakeNvml) -> None:
+    monkeypatch.setattr(engine_fixtures.sampling.gpu, "pynvml", fake)
+    monkeypatch.setattr(engine_fixtures.nvml, "pynvml", fake)
+
+
+def test_gpu_clocks_and_power_are_cut_per_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNvml(switch_after=4)
+    fake_nvml(monkeypatch, fake)
+    gpu = GpuSampler([0, 1], interval_s=0.01)
+    assert gpu.available() is None
+    with gpu:
+        hold(gpu, 9)
+    times = gpu.util.times
+    assert len(times) == fake.readings >= 10
+    first, second = gpu.cut(times[0], times[4]), gpu.cut(times[4], times[-1] + 1.0)
+    assert first["gpu.sm_clock_mhz.mean"] == pytest.approx(1740.0)  # (1980 + 1500) / 2, readings 1-4
+    assert first["gpu.mem_clock_mhz.mean"] == pytest.approx(3201.0)
+    assert first["gpu.power_w.mean"] == pytest.approx(600.0)  # (700 + 500) W / 2
+    assert second["gpu.sm_clock_mhz.mean"] == pytest.approx(1100.0)  # a throttled window reads as one
+    assert second["gpu.mem_clock_mhz.mean"] == pytest.approx(2619.0)
+    assert second["gpu.power_w.mean"] == pytest.approx(250.0)
+    assert first["gpu.util.mean"] == second["gpu.util.mean"] == pytest.approx(40.0)
+    assert gpu.summary()["gpu.mem_clock_mhz.mean"] == pytest.approx((4 * 3201.0 + (len(times) - 4) * 2619.0)
+                                                                     / len(times))
+    for name in ("gpu_sm_clock_mhz_mean", "gpu_mem_clock_mhz_mean", "gpu_power_w_mean"):
+        assert not metric(name).judged  # telemetry: report-only rows, never a gate
+
+
+def test_gpu_power_is_absent_where_nvml_does_not_report_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_nvml(monkeypatch, FakeNvml(switch_after=100, power=False))
+    gpu = GpuSampler([0, 1], interval_s=0.01)
+    with gpu:
+        hold(gpu, 3)
+    cut = gpu.cut(gpu.util.times[0], gpu.util.times[-1] + 1.0)
+    assert "gpu.power_w.mean" not in cut
+    assert "gpu.power_w.mean" not in gpu.summary()
+    assert cut["gpu.sm_clock_mhz.mean"] == pytest.approx(1740.0)
