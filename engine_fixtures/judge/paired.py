@@ -75,10 +75,8 @@ def judge_contrast(label: str, m: Metric | str, reference: Sequence[float], cand
         raise ValueError(f"contrast {label}: bound must be > 0, got {bound}")
     a = gate_alpha(alpha, family)
     ref, cur = level(m, reference), level(m, candidate)
-    if m.scale.name == "log":
-        margin = max(0.0, -math.log(bound))
-    else:  # a ratio bound on a linear metric: the allowed loss in the metric's unit, at the reference's level
-        margin = max(0.0, (1.0 - bound) * abs(ref))
+    # the loss the bound allows: log of it, or on a linear metric in the metric's unit at the reference's level
+    margin = max(0.0, -math.log(bound)) if m.scale.name == "log" else max(0.0, (1.0 - bound) * abs(ref))
     d = decide_contrast(block_effects, m.sign, margin, m.floor_size(floor),
                         m.ab_size() if ceiling is None else ceiling, budget, alpha=a)
     raw = float(np.mean(block_effects)) if len(block_effects) else math.nan

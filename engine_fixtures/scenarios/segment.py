@@ -29,13 +29,14 @@ then a ``MeasurementError``. An engine that dies under the load is ``ProcessCras
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from engine_fixtures.engine.handle import EngineHandle
+from engine_fixtures.engine.proof import ArmProof
 from engine_fixtures.errors import MeasurementError, ProcessCrashed
 from engine_fixtures.loadgen.records import RequestRecord
 from engine_fixtures.loadgen.stream import LoadStream, Segment
@@ -81,14 +82,19 @@ def _client_bound(seg: Segment, plan: SegmentPlan) -> str | None:
 
 
 def measure_segment(engine: EngineHandle, stream: LoadStream, plan: SegmentPlan, timeline: Timeline,
-                    instance: str = "") -> list[dict[str, float]]:
-    """The windows' metric values (one dict per window); spans go to ``timeline``."""
+                    instance: str = "", check: Callable[[ArmProof, ArmProof], None] | None = None,
+                    requests: list[dict[str, Any]] | None = None) -> list[dict[str, float]]:
+    """The windows' metric values (one dict per window); spans go to ``timeline``. ``check(before, after)`` is
+    given the engine's proofs around a segment before its windows are returned (it raises to refuse them: an arm
+    switched live on the engine checks that the segment's counters are the arm's). ``requests``, when given, gets
+    each returned window's ``window_requests`` entry, in the same order."""
     reasons = []
-    # The proof counters feed the CUDA IPC metrics only; reading them costs two proof flushes per segment.
-    proof = plan.proof and engine.spec.proof and engine.spec.mm_feature_transport == "cuda_ipc"
+    # The proof counters feed the CUDA IPC metrics and ``check``; reading them costs two proof flushes per segment.
+    proof = plan.proof and engine.spec.proof and (engine.spec.mm_feature_transport == "cuda_ipc" or check is not None)
     interval = 1.0 / plan.sample_hz
     for _ in range(CLIENT_BOUND_ATTEMPTS):
-        before = engine.proof().summary() if proof else {}
+        first = engine.proof() if proof else None
+        before = first.summary() if first is not None else {}
         cpu = CpuSampler(engine.pids, interval, engine.spec.cpu_quota)
         gpu = GpuSampler(engine.spec.gpus, engine.pids, interval)
         running = RunningRequestsSampler(engine.url, max(interval, 0.2))
@@ -103,7 +109,10 @@ def measure_segment(engine: EngineHandle, stream: LoadStream, plan: SegmentPlan,
         timeline.add("drain", "drain", seg.stop_at, seg.end, instance)
         reason = _client_bound(seg, plan)
         if reason is None:
-            after = engine.proof().summary() if proof else {}
+            last = engine.proof() if proof else None
+            if check is not None and first is not None and last is not None:
+                check(first, last)
+            after = last.summary() if last is not None else {}
             counters = {k: v - before.get(k, 0.0) for k, v in after.items()}
             out = []
             for k in range(plan.windows):
@@ -111,6 +120,9 @@ def measure_segment(engine: EngineHandle, stream: LoadStream, plan: SegmentPlan,
                 t1 = t0 + plan.window_s
                 timeline.add("window", f"window {k + 1}", t0, t1, instance)
                 out.append(window_values(seg, samplers, t0, t1, counters))
+            if requests is not None:
+                requests.extend(window_requests(seg, seg.measure_at + k * plan.window_s,
+                                                seg.measure_at + (k + 1) * plan.window_s) for k in range(plan.windows))
             return out
         timeline.add("warmup", f"client-bound segment, measured again ({reason})", seg.measure_at, seg.stop_at,
                      instance)

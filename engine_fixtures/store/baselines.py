@@ -68,6 +68,11 @@ def _freeze(raw: Mapping[str, Sequence[float]]) -> Samples:
     return MappingProxyType({k: tuple(float(x) for x in v) for k, v in sorted(raw.items())})
 
 
+# Kept in the run's results file, not copied into every pool run: the per-request records behind each window
+# (hundreds of kB a run; the results file and the run history keep them for recomputing an estimator).
+RUN_ONLY_METADATA = frozenset({"requests"})
+
+
 @dataclass(frozen=True)
 class BaselineRun:
     """One pooled run: its windows per metric and where it came from."""
@@ -87,7 +92,7 @@ class BaselineRun:
     def from_result(cls, result: RunResult, results: ResultsFile, accepted: str | None = None) -> BaselineRun:
         return cls(results.run_id, results.date, result.samples, result.warmup, results.suite_commit,
                    results.command, dict(results.versions), results.outcome(result.scenario), accepted,
-                   dict(result.metadata))
+                   {k: v for k, v in result.metadata.items() if k not in RUN_ONLY_METADATA})
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "date": self.date, "suite_commit": self.suite_commit, "command": self.command,

@@ -60,7 +60,7 @@ for step in "$@"; do
         "$(ls "$(last separate)"/results/results-*.json | tail -1)" > "$WORK/logs/agree.md" 2>&1
       log "agree rc=$?"; cat "$WORK/logs/agree.md" ;;
     cv)
-      python3 -m engine_fixtures.scenarios.window_study cv "$(ls "$(last default)"/results/results-*.json | tail -1)" \
+      python3 -m engine_fixtures.scenarios.rate_study "$(ls "$(last default)"/results/results-*.json | tail -1)" \
         > "$WORK/logs/cv.md" 2>&1
       log "cv rc=$?"; cat "$WORK/logs/cv.md" ;;
     *) log "unknown step $step"; exit 2 ;;
