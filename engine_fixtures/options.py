@@ -213,9 +213,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("require_gpu", "This run tests the GPU tier on N GPUs: the session stops at start unless NVML sees N GPUs "
            "and SGLang is installed, so GPU tests can never skip unseen (perf-gpu and the GPU workflow set it).",
            parse_positive_int, None, "N"),
-    Option("allow_missing_baselines", "GPU tier in strict mode: let a scenario without a pool (or with a pool still "
-           "being built) skip instead of failing; without it a missing pool fails, since the machine key (CPU "
-           "count, quota) or PERF_BASELINE_DIR silently changes which pool is read.", parse_bool, False, flag=True),
+    Option("allow_missing_baselines", "Strict mode: let a measuring session in which no row is a verdict (every arm "
+           "without a pool on this host, no contrast or invariant selected) end green; without it such a session "
+           "fails, since it judged nothing.", parse_bool, False, flag=True),
     Option("profile", "Differential CPU profiles of the engine's roles (the CPU tier: its producer) with py-spy, taken "
            "in dedicated windows after the verdicts are decided: 'on-regression' when a verdict fails the test, "
            "'always', or 'off'. Default: on-regression in strict mode, off otherwise. Without ptrace permission or "

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib.metadata
-import os
 import platform
 import shlex
-import socket
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -15,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from engine_fixtures import sglang_version
+from engine_fixtures.machine import runner_label
 
 VERSIONED_PACKAGES = ("sglang", "torch", "sglang-perf-suite", "scipy", "numpy")
 
@@ -62,6 +61,4 @@ def run_metadata(argv: list[str] | None = None) -> dict[str, Any]:
 
 def runner(labels: str = "", env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The machine that ran this: GitHub's RUNNER_NAME (else the host name) and ``--perf-runner-labels``."""
-    env = os.environ if env is None else env
-    name = env.get("RUNNER_NAME") or socket.gethostname()
-    return {"name": name, "labels": sorted({x.strip() for x in labels.split(",") if x.strip()})}
+    return {"name": runner_label(env), "labels": sorted({x.strip() for x in labels.split(",") if x.strip()})}
