@@ -6,7 +6,9 @@ pytest process at plugin load and inside SGLang's own processes (``sglang_plugin
 - ``installed() -> str | None``: the installed SGLang version string, or None.
 - ``parse(text) -> tuple[int, ...] | None``: ``"0.5.23.post1"`` -> ``(0, 5, 23)``.
 - Layout facts by release: where ``ShmPointerMMData`` and the CUDA IPC transport live, how to tell the
-  0.5.16 ``ShmPointerMMData.__init__`` from the 0.5.19+ one, which flags and defaults a release has.
+  0.5.16 ``ShmPointerMMData.__init__`` from the 0.5.19+ one, where the tokenizer manager reads the IPC
+  pool-handle cache flag (``ipc_cache_layout``: a module global in 0.5.16, a processor attribute from 0.5.17),
+  which flags and defaults a release has.
   Dated from the wheels of 0.5.16 through 0.5.20 and 0.5.23 (``sglang/srt/environ.py``, ``server_args.py``,
   ``arg_groups/``, ``managers/mm_utils.py``, ``multimodal/transport/``); the CPU tier imports and runs
   0.5.16, 0.5.20 and 0.5.23 (``tox -e sglang{0516,0520,0523}-cpu``).
@@ -19,6 +21,7 @@ pytest process at plugin load and inside SGLang's own processes (``sglang_plugin
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -47,6 +50,23 @@ SHM_LAYOUT_0_5_16 = "0.5.16"
 SHM_LAYOUT_0_5_19 = "0.5.19+"
 SHM_LAYOUT_0_5_19_FROM = (0, 5, 19)
 _SHM_LAYOUT_0_5_19_MARKER = "_materialization_error"
+
+# Where the tokenizer manager decides whether a CUDA IPC proxy carries the pool handle (the pool-handle cache;
+# dated from the wheels of 0.5.16, 0.5.17, 0.5.18, 0.5.20 and 0.5.23). Every release routes each feature through
+# BaseMultimodalProcessor._wrap_tensor_for_cuda_ipc, which reads the flag at call time:
+# - 0.5.16: the module global base_processor._IPC_POOL_HANDLE_CACHE (the env read once at import);
+# - 0.5.17+: the processor attribute self.use_ipc_pool_handle_cache (set in __init__ from the env); 0.5.17 picks
+#   pool_ipc_handle by it, 0.5.18+ passes it as MmItemMemoryPool.wrap_tensor(use_pool_handle_cache=...).
+MM_PROCESSOR_MODULE = "sglang.srt.multimodal.processors.base_processor"
+MM_PROCESSOR_CLASS = "BaseMultimodalProcessor"
+IPC_WRAP_METHOD = "_wrap_tensor_for_cuda_ipc"
+IPC_CACHE_ENV = "SGLANG_USE_IPC_POOL_HANDLE_CACHE"  # an EnvBool of sglang.srt.environ.envs in every release
+ENVIRON_MODULE = "sglang.srt.environ"
+IPC_CACHE_GLOBAL = "_IPC_POOL_HANDLE_CACHE"
+IPC_CACHE_ATTR = "use_ipc_pool_handle_cache"
+IPC_CACHE_LAYOUT_GLOBAL = "module-global"
+IPC_CACHE_LAYOUT_ATTR = "processor-attribute"
+IPC_CACHE_ATTR_FROM = (0, 5, 17)
 
 # Defaults and flags that changed between releases (dated from the wheels; the CPU-tier envs check them).
 IPC_CACHE_DEFAULT_ON = (0, 5, 17)  # SGLANG_USE_IPC_POOL_HANDLE_CACHE: EnvBool(False) in 0.5.16, True from 0.5.17
@@ -145,6 +165,23 @@ def expected_shm_layout(version: Version | None) -> str | None:
     if version is None or is_newer_than_checked(version):
         return None
     return SHM_LAYOUT_0_5_19 if version >= SHM_LAYOUT_0_5_19_FROM else SHM_LAYOUT_0_5_16
+
+
+def ipc_cache_layout(wrap_names: Container[str], module_names: Container[str] = ()) -> str | None:
+    """The pool-handle cache layout from the names ``_wrap_tensor_for_cuda_ipc`` uses (its ``__code__.co_names``)
+    and the module's globals; None when neither flag is read there (a layout this suite does not know)."""
+    if IPC_CACHE_GLOBAL in wrap_names and IPC_CACHE_GLOBAL in module_names:
+        return IPC_CACHE_LAYOUT_GLOBAL
+    if IPC_CACHE_ATTR in wrap_names:
+        return IPC_CACHE_LAYOUT_ATTR
+    return None
+
+
+def expected_ipc_cache_layout(version: Version | None) -> str | None:
+    """The pool-handle cache layout a release is known to have (None: unknown version)."""
+    if version is None or is_newer_than_checked(version):
+        return None
+    return IPC_CACHE_LAYOUT_ATTR if version >= IPC_CACHE_ATTR_FROM else IPC_CACHE_LAYOUT_GLOBAL
 
 
 def cuda_ipc_module(version: Version | None) -> str | None:

@@ -7,16 +7,23 @@ session inside ``CpuQuota(spec.cpu_quota)`` when a quota is set, and is ready wh
 within ``deadline_s``; an early exit or a missed deadline raises ProcessStartError with the exit status and
 the log tail, after everything started was stopped again (processes, cgroup). ``EngineHandle.stop()`` is
 idempotent.
+
+Live arms: the engine starts on its launch arm (``proof.launch_arm_of(spec)``: ``EngineSpec.copy`` / ``ipc_cache``
+and the build's named patches, seq 0; ``EngineHandle.arm``). ``set_arm(arm)`` switches every engine process to
+another ``transport.live.LiveArm`` while it runs: it writes ``<proof dir>/arms.json`` atomically under the next seq,
+flushes the proofs (each process applies the file before it answers) and raises ``MeasurementError``, naming the
+processes and what they report, unless every live plugin process reports that seq and arm. ``proof()`` says the
+handle's live seq and arm in ``ArmProof.extra`` (``arm_seq``, ``arm``), which ``proof.live_arm_problems`` judges.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import sys
 from collections.abc import Iterable, Mapping
 from contextlib import ExitStack
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -25,7 +32,7 @@ import psutil
 
 from engine_fixtures import sglang_version
 from engine_fixtures.engine.prometheus import MetricsSnapshot, scrape
-from engine_fixtures.engine.proof import ArmProof, request_flush
+from engine_fixtures.engine.proof import ArmProof, launch_arm_of, request_flush, switch_problems
 from engine_fixtures.engine.server_info import EffectiveConfig, fetch_server_info, http_json
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, LeakError, MeasurementError, ProcessCrashed
@@ -43,7 +50,10 @@ from engine_fixtures.isolation.process import (
 from engine_fixtures.isolation.shm_space import require_shm_space
 from engine_fixtures.model.modeldir import check_model_dir
 from engine_fixtures.sglang_plugin import PROOF_DIR_ENV
+from engine_fixtures.sglang_plugin.arm_state import write_arm_file
 from engine_fixtures.sglang_plugin.distinfo import GROUP, TARGET, write_dist_info
+from engine_fixtures.sglang_plugin.patches import TARGETS
+from engine_fixtures.transport.live import ARMS_FILE, LiveArm
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HTTP_TIMEOUT_S = 10.0
@@ -62,6 +72,7 @@ def engine_env(spec: EngineSpec, workdir: Path, version: str | None) -> dict[str
     if spec.proof:
         proof_dir = workdir / "proof"
         proof_dir.mkdir(parents=True, exist_ok=True)
+        (proof_dir / ARMS_FILE).unlink(missing_ok=True)  # a fresh engine starts on its launch arm
         extra[PROOF_DIR_ENV] = str(proof_dir)
         if not _plugin_installed():
             paths.insert(0, str(write_dist_info(workdir / "plugin-path").parent))
@@ -95,6 +106,8 @@ class EngineHandle:
         self._config: EffectiveConfig | None = None
         self._stopped: StopReport | None = None
         self._known: dict[int, psutil.Process] = {}
+        self.arm: LiveArm = launch_arm_of(spec)  # the live arm every engine process was last proved to run
+        self.arm_seq = 0
 
     # ------------------------------------------------------------------ facts
     @property
@@ -185,24 +198,43 @@ class EngineHandle:
             raise ConfigError("this engine was started with EngineSpec(proof=False); there is no arm proof")
         pids = self.pids()  # processes that load SGLang plugins (0.5.16: not the detokenizer)
         live = {self.pid, *pids.get("scheduler", ()), *pids.get("tokenizer_worker", ())}
-        return request_flush(self.proof_dir, live, deadline_s)
+        proof = request_flush(self.proof_dir, live, deadline_s)
+        return replace(proof, extra={**proof.extra, "arm_seq": self.arm_seq, "arm": self.arm.to_dict()})
+
+    def set_arm(self, arm: LiveArm, deadline_s: float = 10.0) -> ArmProof:
+        """Switch every engine process to ``arm`` under a new seq and return the proof that each live one runs it
+        (its ``extra`` names the seq); MeasurementError naming the processes and what they report otherwise."""
+        if not self.spec.proof:
+            raise ConfigError("this engine was started with EngineSpec(proof=False); its arm cannot be switched live "
+                              "(the plugin is what switches it): start it with proof=True")
+        transport = self.spec.mm_feature_transport
+        if transport != "cuda_ipc" and arm.ipc_cache != "stock":
+            raise ConfigError(f"live arm {arm.label}: the IPC pool-handle cache does nothing on the {transport} "
+                              "transport; use ipc_cache='stock' or an engine with mm_feature_transport='cuda_ipc'")
+        if transport != "cpu" and (arm.copy != "stock" or arm.threads is not None):
+            raise ConfigError(f"live arm {arm.label}: the SHM copy and its thread cap are not what the {transport} "
+                              "transport runs; use copy='stock', threads=None or an engine with "
+                              "mm_feature_transport='cpu'")
+        unknown = sorted(set(arm.patch_ms) - set(TARGETS))
+        if unknown:
+            raise ConfigError(f"live arm {arm.label}: unknown patch(es) {unknown}; known patches are "
+                              f"{', '.join(sorted(TARGETS))}")
+        self.ensure_alive()
+        seq = self.arm_seq + 1
+        write_arm_file(self.proof_dir, arm, seq)
+        self.arm, self.arm_seq = arm, seq  # what the engine was told, proved below or not
+        proof = self.proof(deadline_s)  # every live process applies arms.json before it answers the flush
+        problems = switch_problems(arm, seq, proof)
+        if problems:
+            raise MeasurementError(f"engine {self.instance} ({self.url}): live arm {arm.label} (seq {seq}) did not "
+                                   f"take in every engine process: {'; '.join(problems)}")
+        return proof
 
     def set_patch(self, magnitudes: Mapping[str, float]) -> ArmProof:
-        """Change the named patches' milliseconds in every engine process (``sglang_plugin.patches``) and return the
-        proof that each process carrying a patch now runs the new magnitude; MeasurementError otherwise."""
-        target = self.proof_dir / "patch.json"
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(dict(magnitudes)))
-        tmp.replace(target)
-        proof = self.proof()  # every live process re-reads patch.json before it answers the flush
-        carrying = [p for p in proof.processes if any(k in p.patch_ms_now for k in magnitudes)]
-        wrong = [(p.pid, p.role, dict(p.patch_ms_now)) for p in carrying
-                 if any(p.patch_ms_now.get(k) != v for k, v in magnitudes.items() if k in p.patch_ms_now)]
-        if not carrying or wrong:
-            raise MeasurementError(f"engine {self.url}: the named patch did not take {dict(magnitudes)} "
-                                   f"(processes carrying it: {[(p.pid, p.role) for p in carrying]}; stale: {wrong}); "
-                                   f"start the engine with the patch in its build (patch:NAME=MS)")
-        return proof
+        """Change the named patches' milliseconds in every engine process (``sglang_plugin.patches``), the rest of
+        the live arm kept: ``set_arm`` with those patches (MeasurementError when it does not take)."""
+        patches = {**self.arm.patch_ms, **{k: float(v) for k, v in magnitudes.items()}}
+        return self.set_arm(replace(self.arm, patches=tuple(patches.items())))
 
     @property
     def instance(self) -> str:

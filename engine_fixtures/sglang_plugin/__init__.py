@@ -1,11 +1,15 @@
-"""SGLang plugin (entry point ``sglang.srt.plugins: perf_arms``) that applies and proves variant arms.
+"""SGLang plugin (entry point ``sglang.srt.plugins: perf_arms``) that applies and proves variant arms, live.
 
 SGLang calls ``load()`` in the HTTP server and in every scheduler (spawned processes do not inherit
 in-memory patches, so this is the only way in). It does nothing unless ``PERF_ARMS_PROOF_DIR`` is set.
-Then it installs the copy arm (``PERF_ARMS_COPY``: torch | buffer) where ``wrap_shm_features`` runs, counts
-IPC handle opens and rebuild time in schedulers, applies the named patches of ``PERF_ARMS_PATCH`` (known
-slowdowns for proving the gates, ``patches.py``), and writes a per-process proof JSON into the directory
-(``engine.proof`` reads it back).
+Then it starts on the launch arm (``arm_state.launch_arm``: ``PERF_ARMS_COPY`` stock | torch | buffer,
+``PERF_ARMS_IPC_CACHE`` stock | on | off, the named patches of ``PERF_ARMS_PATCH``; seq 0) and installs, in every
+process but the detokenizer, the hooks that read the live arm at each call: the copy dispatcher where
+``wrap_shm_features`` runs (``instrument.install_copy_dispatch``: the copy arm and the thread cap), on the cuda_ipc
+transport the IPC pool-handle cache switch (``ipc_switch``) and the IPC open/rebuild probe (``instrument``), and the
+named patches (known slowdowns for proving the gates, ``patches.py``). The proof thread switches the live arm when
+``<PERF_ARMS_PROOF_DIR>/arms.json`` (``EngineHandle.set_arm``) names a new seq, and writes a per-process proof JSON
+into the directory with the arm it applied (``engine.proof`` reads it back).
 """
 
 from __future__ import annotations
@@ -27,27 +31,39 @@ def load(*_args: Any, **_kwargs: Any) -> None:
         return
     from engine_fixtures import sglang_version
     from engine_fixtures.sglang_plugin import patches
-    from engine_fixtures.sglang_plugin.instrument import install_copy_arm, install_ipc_probe
+    from engine_fixtures.sglang_plugin.arm_state import LiveState, launch_arm
+    from engine_fixtures.sglang_plugin.instrument import install_copy_dispatch, install_ipc_probe
+    from engine_fixtures.sglang_plugin.ipc_switch import install_ipc_switch
     from engine_fixtures.sglang_plugin.proof_file import Recorder, process_title, role_of
+    from engine_fixtures.transport.live import LiveArm
 
     requested = {k: os.environ.get("PERF_ARMS_" + k.upper(), "") for k in ("copy", "ipc_cache", "transport")}
-    rec = Recorder(Path(directory), requested)
+    errors = []
+    try:
+        launch = launch_arm(os.environ)
+    except ValueError as exc:  # the proof says so, and the arm check fails on it
+        launch, errors = LiveArm(), [f"launch arm refused, running SGLang as shipped: {exc}"]
+    rec = Recorder(Path(directory), requested, live=LiveState(launch))
+    rec.errors += errors
     with contextlib.suppress(Exception):  # never raise into SGLang; the proof then says None
         rec.sglang_version = sglang_version.installed()
     rec.installed["ipc_pool_handle_cache_env"] = os.environ.get("SGLANG_USE_IPC_POOL_HANDLE_CACHE", "<unset>")
     _RECORDER = rec
     role = role_of(process_title())
     try:
-        if role != "detokenizer" and requested["copy"]:
-            install_copy_arm(rec, requested["copy"])
+        if role != "detokenizer":
+            install_copy_dispatch(rec)
         if role != "detokenizer" and requested["transport"] == "cuda_ipc":
             install_ipc_probe(rec)
+            install_ipc_switch(rec)
         named = os.environ.get(patches.PATCH_ENV, "")
         if named:
             rec.installed["patches_requested"] = named
             patches.install(rec, role, patches.parse(named))
+        rec.live.add_applier(patches.apply_arm)
     except Exception as exc:  # never break the engine; the proof carries the failure
         rec.errors.append(f"install failed: {exc!r}")
+    rec.live.refresh(Path(directory))  # an arm switched before this process started
     rec.start()
 
 

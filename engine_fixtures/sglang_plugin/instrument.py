@@ -1,16 +1,29 @@
 """Install the variant arms inside an SGLang process and count what really runs.
 
-- copy arm: ``ShmPointerMMData.__init__`` is switched by ``transport.sglang_compat.apply_copy_arm`` and then
-  wrapped by a counter that labels every copy with the implementation of the function it actually calls
-  (``classify_copy``), so a patch that did not take shows up as copies under the wrong label.
+- copy arms, switched live: ``install_copy_dispatch`` keeps SGLang's own ``ShmPointerMMData.__init__`` (``stock``),
+  the ``torch`` arm (SGLang's, checked to still copy with torch) and the ``buffer`` arm (built from SGLang's source by
+  ``transport.sglang_compat``) side by side, and installs one dispatcher that picks by the live arm at each call
+  (``arm_state.LiveState.entered``). Each copy is counted under the label of the code it really ran
+  (``classify_copy``: by the bytecode, never by the request), ``shm_copies_<label>`` / ``shm_copy_s_<label>``, and
+  under the live arm's seq, ``seq.<seq>.shm_copies_<label>``, so a proof says which arm served which copies. An arm
+  whose implementation cannot be built here runs SGLang's own code (counted under its own label) and is an
+  ``arm_errors`` entry; the launch arm's is an error.
+- thread cap: ``torch.set_num_threads(n)`` runs inside the dispatcher, on the thread that copies (OpenMP's count is
+  per calling thread), when the live arm's ``threads`` differs from ``torch.get_num_threads()`` there; ``threads=None``
+  restores the count that thread had at the first copy the plugin saw (``installed["copy_threads_launch"]``). Every
+  copy is counted under the count it ran with, ``copies_threads.<n>``.
 - IPC probe: ``torch.UntypedStorage._new_shared_cuda`` (one call = one IPC handle open) and the proxy's
   ``reconstruct_on_target_device`` / ``borrow_on_target_device`` (count and time per rebuild).
+
+``PERF_ARMS_SHM_MODULE`` names another module to take ``ShmPointerMMData`` from: the stub engine's stand-in
+(``engine_fixtures.testing.stub_copy``), for the self-tests only; ``EngineSpec`` never sets it.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import os
 import time
 import types
 from collections.abc import Callable
@@ -21,6 +34,7 @@ from engine_fixtures.sglang_plugin.proof_file import Recorder
 from engine_fixtures.transport.arms import COPY_ARMS
 
 MM_UTILS = sglang_version.MM_UTILS_MODULE
+SHM_MODULE_ENV = "PERF_ARMS_SHM_MODULE"  # self-tests only: the stub engine's stand-in module
 IPC_MODULES = sglang_version.CUDA_IPC_MODULES
 REBUILD_METHODS = ("reconstruct_on_target_device", "borrow_on_target_device")
 
@@ -70,34 +84,71 @@ def classify_copy(init: Callable[..., Any]) -> str:
     return "unknown"
 
 
-def install_copy_arm(rec: Recorder, arm: str) -> None:
-    """Switch and instrument SGLang's SHM producer copy. Failures are recorded, never raised."""
+class _ThreadCap:
+    """Sets the calling thread's torch thread count to the live arm's cap (None: the count at the first copy)."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        self.launch: int | None = None
+
+    def apply(self, threads: int | None) -> int:
+        import torch  # loaded: the copy's argument is a tensor
+
+        if self.launch is None:
+            self.launch = torch.get_num_threads()
+            self.rec.installed["copy_threads_launch"] = str(self.launch)
+        want = threads if threads is not None else self.launch
+        if torch.get_num_threads() != want:
+            torch.set_num_threads(want)
+        return int(torch.get_num_threads())
+
+
+def install_copy_dispatch(rec: Recorder) -> None:
+    """Install the live copy dispatcher on SGLang's SHM producer class. Failures are recorded, never raised."""
+    from engine_fixtures.transport.sglang_compat import buffer_copy_init, check_torch_copy, original_init
+
+    module = os.environ.get(SHM_MODULE_ENV) or MM_UTILS
     try:
-        mm_utils = importlib.import_module(MM_UTILS)
-        cls = getattr(mm_utils, sglang_version.SHM_CLASS)
+        cls = getattr(importlib.import_module(module), sglang_version.SHM_CLASS)
     except Exception as exc:  # an SGLang without the class: the proof shows it, and the arm check fails on it
-        rec.errors.append("copy: " + _unsupported(f"cannot import {MM_UTILS}.{sglang_version.SHM_CLASS} ({exc!r})"))
+        rec.errors.append("copy: " + _unsupported(f"cannot import {module}.{sglang_version.SHM_CLASS} ({exc!r})"))
         return
-    if arm != "stock":  # stock: SGLang's own copy, only counted and labelled by what its code does
+    if getattr(cls.__dict__.get("__init__"), "__perf_copy_dispatch__", False):
+        return  # already installed in this process
+    original = original_init(cls)
+    impls: dict[str, Callable[..., Any]] = {"stock": original}  # stock: SGLang's own copy, counted as its code says
+    unavailable: dict[str, str] = {}
+    for arm, build in (("torch", check_torch_copy), ("buffer", buffer_copy_init)):
         try:
-            from engine_fixtures.transport.sglang_compat import apply_copy_arm
-
-            apply_copy_arm(cls, arm)
+            impls[arm] = build(original)
         except Exception as exc:
-            rec.errors.append(f"copy: apply_copy_arm({arm!r}) failed: {exc!r}")
-    inner = cls.__init__
-    impl = classify_copy(inner)
+            unavailable[arm] = f"copy={arm} cannot be built from {module}.{sglang_version.SHM_CLASS}: {exc}"
+            rec.installed[f"copy_unavailable.{arm}"] = unavailable[arm]
+    labels = {arm: classify_copy(fn) for arm, fn in impls.items()}
+    for arm, label in labels.items():
+        rec.installed[f"copy_impl.{arm}"] = label
+    cap = _ThreadCap(rec)
 
-    @functools.wraps(inner)
-    def counted_init(self: Any, tensor: Any, *args: Any, **kwargs: Any) -> None:
-        t0 = time.perf_counter()
-        inner(self, tensor, *args, **kwargs)
-        rec.add(f"shm_copy_s_{impl}", time.perf_counter() - t0)
-        rec.add(f"shm_copies_{impl}")
+    @functools.wraps(original)
+    def dispatched_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        with rec.live.entered() as (seq, arm):
+            impl, label = (impls[arm.copy], labels[arm.copy]) if arm.copy in impls else (original, labels["stock"])
+            threads = cap.apply(arm.threads)
+            t0 = time.perf_counter()
+            impl(self, *args, **kwargs)
+            rec.add_many({f"shm_copies_{label}": 1.0, f"shm_copy_s_{label}": time.perf_counter() - t0,
+                          f"seq.{seq}.shm_copies_{label}": 1.0, f"copies_threads.{threads}": 1.0})
 
-    counted_init.__perf_copy_arm__ = impl  # type: ignore[attr-defined]
-    cls.__init__ = counted_init
-    rec.installed["copy"] = impl
+    dispatched_init.__perf_copy_dispatch__ = True  # type: ignore[attr-defined]
+    cls.__init__ = dispatched_init
+    rec.installed["copy_module"] = module
+    if rec.live.launch.copy in unavailable:
+        rec.errors.append(unavailable[rec.live.launch.copy])
+
+    def copy_available(arm: Any) -> list[str]:
+        return [unavailable[arm.copy]] if arm.copy in unavailable else []
+
+    rec.live.add_applier(copy_available)
 
 
 def install_ipc_probe(rec: Recorder) -> None:

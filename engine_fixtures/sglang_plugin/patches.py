@@ -9,25 +9,25 @@ regression burns the process's time and quota) at one place in SGLang:
 - ``slow-tokenizer``: every ``TokenizerManager._send_one_request`` call in the HTTP server process, on its
   event loop: TTFT grows, and under a CPU quota so does the tokenizer manager's CPU per request.
 
-The magnitude can be changed while the engine runs: the fixture writes ``{"slow-scheduler": 0.5}`` to
-``<PERF_ARMS_PROOF_DIR>/patch.json`` and every process picks it up within one proof interval. Each call is
-counted in the proof (``patch_calls.<name>``, ``patch_ms.<name>``), so a patch that did not take shows.
+The magnitude can be changed while the engine runs: it is part of the live arm (``transport.live.LiveArm.patches``,
+switched through ``<PERF_ARMS_PROOF_DIR>/arms.json`` by ``EngineHandle.set_arm``; ``apply_arm`` is the applier each
+process registers). An installed patch the live arm does not name runs at 0 ms. Each call spins and is counted
+inside the live-arm gate (``arm_state.LiveState.entered``), so the milliseconds a call spun and counted are those of
+one arm; the proof has ``patch_calls.<name>`` and ``patch_ms.<name>``, so a patch that did not take shows.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-import json
 import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from engine_fixtures.inject import spin
 
 PATCH_ENV = "PERF_ARMS_PATCH"
-PATCH_FILE = "patch.json"
 TARGETS: Mapping[str, tuple[str, str, str]] = {
     # name: (module, class, method)
     "slow-scheduler": ("sglang.srt.managers.scheduler", "Scheduler", "run_batch"),
@@ -54,24 +54,27 @@ def parse(text: str) -> dict[str, float]:
     return out
 
 
+def _slow(name: str, rec: Any) -> None:
+    """One call's spin, counted, inside the live-arm gate (the original call runs outside it)."""
+    live = getattr(rec, "live", None)
+    with live.entered() if live is not None else contextlib.nullcontext():
+        ms = _MAGNITUDE_MS.get(name, 0.0)
+        spin(ms)
+        rec.add_many({f"patch_calls.{name}": 1.0, f"patch_ms.{name}": ms})
+
+
 def _wrap(fn: Callable[..., Any], name: str, rec: Any) -> Callable[..., Any]:
     if inspect.iscoroutinefunction(fn):
         @functools.wraps(fn)
         async def slowed_async(*args: Any, **kwargs: Any) -> Any:
-            ms = _MAGNITUDE_MS.get(name, 0.0)
-            spin(ms)
-            rec.add(f"patch_calls.{name}")
-            rec.add(f"patch_ms.{name}", ms)
+            _slow(name, rec)
             return await fn(*args, **kwargs)
 
         return slowed_async
 
     @functools.wraps(fn)
     def slowed(*args: Any, **kwargs: Any) -> Any:
-        ms = _MAGNITUDE_MS.get(name, 0.0)
-        spin(ms)
-        rec.add(f"patch_calls.{name}")
-        rec.add(f"patch_ms.{name}", ms)
+        _slow(name, rec)
         return fn(*args, **kwargs)
 
     return slowed
@@ -100,15 +103,15 @@ def install(rec: Any, role: str, requested: Mapping[str, float]) -> None:
         rec.installed[f"patch:{name}"] = f"{module}.{cls_name}.{method} +{ms:g} ms"
 
 
-def refresh(directory: Path) -> None:
-    """Apply a magnitude change written to ``<directory>/patch.json`` (called by the proof thread)."""
-    try:
-        data = json.loads((directory / PATCH_FILE).read_text())
-    except (OSError, ValueError):
-        return
-    for name, ms in data.items():
-        if name in _MAGNITUDE_MS and isinstance(ms, (int, float)) and ms >= 0:
-            _MAGNITUDE_MS[name] = float(ms)
+def apply_arm(arm: Any) -> list[str]:
+    """The live arm's milliseconds for every patch installed here (0 for one it does not name); an applier of
+    ``arm_state.LiveState``. A patch named but not installed here is not this process's to run: the fixture checks
+    that some process carries it."""
+    wanted = dict(arm.patches)
+    for name in _MAGNITUDE_MS:
+        _MAGNITUDE_MS[name] = float(wanted.get(name, 0.0))
+    return [f"unknown patch {name!r}: known patches are {', '.join(sorted(TARGETS))}" for name in wanted
+            if name not in TARGETS]
 
 
 def magnitudes() -> dict[str, float]:

@@ -3,7 +3,10 @@
 One file per process, ``<PERF_ARMS_PROOF_DIR>/proof-<pid>.json``. It is rewritten every ``every`` events,
 every ``interval_s`` seconds by a daemon thread (an ``Event.wait`` loop), at exit, and on request: the
 fixture writes a number into ``<dir>/flush-request`` and every live process answers by writing a proof
-whose ``flush_seq`` is at least that number. This module must stay importable without SGLang or torch.
+whose ``flush_seq`` is at least that number. Before it answers, the thread applies ``<dir>/arms.json``
+(``arm_state.LiveState.refresh``; the request is read first, and the fixture writes the arm before the request),
+so a proof that answers a flush reports the live arm written before it (``arm_seq``, ``arm_now``, ``arm_errors``).
+This module must stay importable without SGLang or torch.
 """
 
 from __future__ import annotations
@@ -14,8 +17,12 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from engine_fixtures.sglang_plugin.arm_state import LiveState
+from engine_fixtures.transport.live import LiveArm
 
 FLUSH_REQUEST = "flush-request"
 
@@ -47,8 +54,10 @@ def _patch_magnitudes() -> dict[str, float]:
 class Recorder:
     """Thread-safe counters plus the periodic writer for one process."""
 
-    def __init__(self, directory: Path, requested: dict[str, str], every: int = 32, interval_s: float = 0.5):
+    def __init__(self, directory: Path, requested: dict[str, str], every: int = 32, interval_s: float = 0.5,
+                 live: LiveState | None = None):
         self.directory = directory
+        self.live = live if live is not None else LiveState(LiveArm())
         self.path = directory / f"proof-{os.getpid()}.json"
         self.requested = dict(requested)
         self.every = every
@@ -64,8 +73,13 @@ class Recorder:
         self._thread: threading.Thread | None = None
 
     def add(self, name: str, amount: float = 1.0) -> None:
+        self.add_many({name: amount})
+
+    def add_many(self, amounts: Mapping[str, float]) -> None:
+        """Add several counters as one event (one call of a hook)."""
         with self._lock:
-            self.counters[name] = self.counters.get(name, 0.0) + amount
+            for name, amount in amounts.items():
+                self.counters[name] = self.counters.get(name, 0.0) + amount
             self._events += 1
             due = self._events % self.every == 0
         if due:
@@ -73,8 +87,9 @@ class Recorder:
 
     def snapshot(self) -> dict[str, Any]:
         title = process_title()
-        with self._lock:
+        with self._lock:  # the arm read under the lock that orders flush_seq after the arm it answers with
             return {
+                **self.live.snapshot(),
                 "pid": os.getpid(),
                 "ppid": os.getppid(),
                 "title": title,
@@ -106,11 +121,9 @@ class Recorder:
             return 0
 
     def _loop(self) -> None:
-        from engine_fixtures.sglang_plugin.patches import refresh
-
         while not self._stop.wait(self.interval_s):
-            refresh(self.directory)
-            seq = self._requested_seq()
+            seq = self._requested_seq()  # first: the arm written before this request is applied below
+            self.live.refresh(self.directory)
             with self._lock:
                 self._flush_seq = max(self._flush_seq, seq)
             self.write()

@@ -1,9 +1,9 @@
-"""Named patches (known slowdowns a build can carry): parsing, installation by role, live magnitude, proof."""
+"""Named patches (known slowdowns a build can carry): parsing, installation by role, live magnitude (the live arm's
+patches, arms.json), proof."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
 import types
@@ -13,7 +13,9 @@ import pytest
 
 from engine_fixtures.inject import spin
 from engine_fixtures.sglang_plugin import patches
+from engine_fixtures.sglang_plugin.arm_state import write_arm_file
 from engine_fixtures.sglang_plugin.proof_file import Recorder
+from engine_fixtures.transport.live import LiveArm
 
 
 class FakeScheduler:
@@ -70,11 +72,20 @@ def test_install_where_the_target_is_imported_counts_calls_and_follows_live_magn
     assert sched.Scheduler().run_batch(1) == 2
     assert time.perf_counter() - t0 >= 0.005
     assert rec.counters == {"patch_calls.slow-scheduler": 1.0, "patch_ms.slow-scheduler": 5.0}
-    (tmp_path / patches.PATCH_FILE).write_text(json.dumps({"slow-scheduler": 0.0}))
-    patches.refresh(tmp_path)
+    rec.live.add_applier(patches.apply_arm)
+    write_arm_file(tmp_path, LiveArm(patches=(("slow-scheduler", 0.0),)), seq=1)
+    rec.live.refresh(tmp_path)  # what the proof thread does before it answers a flush
     assert patches.magnitudes() == {"slow-scheduler": 0.0}
     sched.Scheduler().run_batch(1)
     assert rec.counters["patch_ms.slow-scheduler"] == 5.0  # the second call added 0 ms
+    write_arm_file(tmp_path, LiveArm(), seq=2)  # an installed patch the arm does not name runs at 0 ms
+    rec.live.refresh(tmp_path)
+    assert patches.magnitudes() == {"slow-scheduler": 0.0}
+    write_arm_file(tmp_path, LiveArm(patches=(("slow-scheduler", 2.0), ("slow-gpu", 1.0))), seq=3)
+    rec.live.refresh(tmp_path)
+    assert patches.magnitudes() == {"slow-scheduler": 2.0}
+    assert rec.live.snapshot()["arm_errors"] == [
+        "unknown patch 'slow-gpu': known patches are slow-scheduler, slow-tokenizer"]
 
 
 def test_async_method_stays_async(fake_sglang, tmp_path: Path) -> None:

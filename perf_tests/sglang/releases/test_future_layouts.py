@@ -102,12 +102,14 @@ def test_unchanged_copy_lines_take_both_arms(tmp_path: Path) -> None:
 IPC_PROBE = """
 import json, tempfile
 from pathlib import Path
-from engine_fixtures.sglang_plugin.instrument import install_copy_arm, install_ipc_probe
+from engine_fixtures.sglang_plugin.arm_state import LiveState
+from engine_fixtures.sglang_plugin.instrument import install_copy_dispatch, install_ipc_probe
 from engine_fixtures.sglang_plugin.proof_file import Recorder
-rec = Recorder(Path(tempfile.mkdtemp()), {})
+from engine_fixtures.transport.live import LiveArm
+rec = Recorder(Path(tempfile.mkdtemp()), {}, live=LiveState(LiveArm(copy="buffer")))
 install_ipc_probe(rec)
-install_copy_arm(rec, "buffer")
-print(json.dumps({"errors": rec.errors, "installed": rec.installed}))
+install_copy_dispatch(rec)
+print(json.dumps({"errors": rec.errors, "installed": rec.installed, "arm_errors": rec.live.arm_errors}))
 """
 
 
@@ -121,8 +123,68 @@ def test_engine_plugin_records_what_moved(tmp_path: Path) -> None:
     ipc, copy = out["errors"]
     assert_names_the_way_out(ipc, "ipc: SGLang 0.6.0", "no CudaIpcTensorTransportProxy in the modules this suite "
                              "knows", "sglang.srt.multimodal.transport.cuda_ipc", "sglang.srt.utils.cuda_ipc_transport")
-    assert_names_the_way_out(copy, "apply_copy_arm('buffer') failed", "torch copy lines 0 times")
+    assert_names_the_way_out(copy, "copy=buffer cannot be built from sglang.srt.managers.mm_utils.ShmPointerMMData",
+                             "torch copy lines 0 times")
+    assert out["arm_errors"] == [copy]  # and the live arm says it cannot run, as every switch to it would
+    assert out["installed"]["copy_impl.stock"] == "torch"  # SGLang's own code still runs, labelled by its code
     assert "ipc_rebuild_probe" not in out["installed"]
+
+
+def processor_module(wrap_body: str, module_flag: bool = False) -> str:
+    """A fake ``base_processor`` whose ``_wrap_tensor_for_cuda_ipc`` reads the cache flag as ``wrap_body`` does."""
+    return ("_IPC_POOL_HANDLE_CACHE = False\n" if module_flag else "") + (
+        "class BaseMultimodalProcessor:\n"
+        "    def _wrap_tensor_for_cuda_ipc(self, tensor):\n"
+        f"        return {wrap_body}\n")
+
+
+ENVIRON = ("class _Flag:\n    default = True\n    def get(self):\n        return True\n\n"
+           "class _Envs:\n    SGLANG_USE_IPC_POOL_HANDLE_CACHE = _Flag()\n\nenvs = _Envs()\n")
+IPC_SWITCH = """
+import json, tempfile
+from pathlib import Path
+from engine_fixtures.sglang_plugin.arm_state import LiveState
+from engine_fixtures.sglang_plugin.ipc_switch import install_ipc_switch
+from engine_fixtures.sglang_plugin.proof_file import Recorder
+from engine_fixtures.transport.live import LiveArm
+rec = Recorder(Path(tempfile.mkdtemp()), {}, live=LiveState(LiveArm(ipc_cache="off")))
+install_ipc_switch(rec)
+print(json.dumps({"errors": rec.errors, "installed": rec.installed, "arm_errors": rec.live.arm_errors}))
+"""
+PROCESSOR = "sglang/srt/multimodal/processors/base_processor.py"
+
+
+@pytest.mark.parametrize(("version", "wrap", "module_flag", "layout"), [
+    ("0.5.16", "_IPC_POOL_HANDLE_CACHE", True, "module-global"),
+    ("0.5.23", "self.use_ipc_pool_handle_cache", False, "processor-attribute"),
+])
+def test_ipc_switch_takes_the_dated_layout(tmp_path: Path, version: str, wrap: str, module_flag: bool,
+                                           layout: str) -> None:
+    fake_release.write(tmp_path, version, {PROCESSOR: processor_module(wrap, module_flag),
+                                           "sglang/srt/environ.py": ENVIRON})
+    out = fake_release.run(tmp_path, IPC_SWITCH)
+    assert isinstance(out, dict)
+    assert (out["errors"], out["arm_errors"]) == ([], [])
+    assert out["installed"]["ipc_cache_layout"] == layout
+    assert out["installed"]["ipc_cache_stock"] == "on"  # launched with off: stock is the release's default
+
+
+@pytest.mark.parametrize(("version", "wrap", "module_flag", "needle"), [
+    ("0.6.0", "self.pool_handle_policy", False, "reads neither the module global _IPC_POOL_HANDLE_CACHE nor "
+                                                "self.use_ipc_pool_handle_cache"),
+    ("0.5.20", "_IPC_POOL_HANDLE_CACHE", True, "reads the module-global flag, but this release is dated to read "
+                                               "the processor-attribute flag"),
+])
+def test_ipc_switch_on_an_unknown_layout_is_an_error_never_a_no_op(tmp_path: Path, version: str, wrap: str,
+                                                                   module_flag: bool, needle: str) -> None:
+    fake_release.write(tmp_path, version, {PROCESSOR: processor_module(wrap, module_flag),
+                                           "sglang/srt/environ.py": ENVIRON})
+    out = fake_release.run(tmp_path, IPC_SWITCH)
+    assert isinstance(out, dict)
+    (error,) = out["errors"]
+    assert_names_the_way_out(error, "ipc_cache=off: not switched", needle)
+    assert out["arm_errors"] == [error.replace("not switched", "not switched here")]
+    assert "ipc_cache_layout" not in out["installed"]
 
 
 def test_a_marked_test_errors_where_the_layout_moved(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,

@@ -63,26 +63,99 @@ def test_copy_lines_are_there_exactly_while_the_copy_regression_is_declared() ->
 @pytest.mark.parametrize(("arm", "label"), [("stock", "torch"), ("torch", "torch"), ("buffer", "buffer")])
 def test_engine_plugin_labels_the_copy_this_release_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                          arm: str, label: str) -> None:
-    """The engine plugin's copy arm on this release's own class: installed, labelled by the code it calls
-    (stock is SGLang's torch copy while SHM_COPY holds), counted once per construction."""
+    """The engine plugin's copy dispatcher on this release's own class: installed, every arm built from SGLang's
+    source and labelled by the code it calls (stock is SGLang's torch copy while SHM_COPY holds), a copy on the
+    launch arm counted once under its label and seq 0."""
     import torch
 
-    from engine_fixtures.sglang_plugin.instrument import install_copy_arm
+    from engine_fixtures.sglang_plugin.arm_state import LiveState
+    from engine_fixtures.sglang_plugin.instrument import SHM_MODULE_ENV, install_copy_dispatch
     from engine_fixtures.sglang_plugin.proof_file import Recorder
+    from engine_fixtures.transport.live import LiveArm
 
     cls = sglang_compat.find_shm_class().cls
-    for attr in ("__init__", "_perf_original_init", "_perf_copy_arm"):  # undone after the test
-        if attr in cls.__dict__:
-            monkeypatch.setattr(cls, attr, cls.__dict__[attr])
-        else:
-            monkeypatch.delattr(cls, attr, raising=False)
-    rec = Recorder(tmp_path, {"copy": arm})
-    install_copy_arm(rec, arm)
-    assert rec.errors == []
-    assert rec.installed["copy"] == label
+    monkeypatch.setattr(cls, "__init__", cls.__dict__["__init__"])  # undone after the test
+    monkeypatch.delenv(SHM_MODULE_ENV, raising=False)
+    rec = Recorder(tmp_path, {"copy": arm}, live=LiveState(LiveArm(copy=arm)))
+    install_copy_dispatch(rec)
+    assert (rec.errors, rec.live.arm_errors) == ([], [])
+    assert rec.installed[f"copy_impl.{arm}"] == label
     tensor = torch.arange(24, dtype=torch.float32).reshape(4, 6)
     assert torch.equal(pickle.loads(pickle.dumps(cls(tensor))).materialize(), tensor)  # unlinks the segment
-    assert rec.counters[f"shm_copies_{label}"] == 1
+    assert rec.counters[f"shm_copies_{label}"] == rec.counters[f"seq.0.shm_copies_{label}"] == 1
+
+
+class FakeProxy:
+    """Stands in for the CUDA IPC proxy SGLang builds (named like it: the switch counts proxies by that name)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+
+    @property
+    def cached(self) -> bool:
+        if "use_pool_handle_cache" in self.kwargs:  # 0.5.18+: the pool's wrap_tensor kwarg
+            return bool(self.kwargs["use_pool_handle_cache"])
+        return self.kwargs["pool_ipc_handle"] is not None  # 0.5.16, 0.5.17: the pool handle is sent or not
+
+
+FakeProxy.__name__ = sv.CUDA_IPC_PROXY_CLASS
+
+
+class FakePool:
+    """The tokenizer manager's CUDA IPC pool, as far as ``_wrap_tensor_for_cuda_ipc`` uses it in any release."""
+
+    _pool_ipc_handle = ("pool-handle",)
+    _pool_device_index = 0
+
+    def return_a_slice_tensor_with_flag(self, tensor: Any) -> tuple[Any, Any, int]:
+        import torch
+
+        return object(), torch.zeros(8, dtype=torch.int8), 0
+
+    def wrap_tensor(self, tensor: Any, *, use_pool_handle_cache: bool) -> FakeProxy:
+        return FakeProxy(use_pool_handle_cache=use_pool_handle_cache)
+
+
+@pytest.mark.parametrize("launch", ["stock", "off"])
+def test_ipc_cache_switch_changes_what_this_release_sends(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                          launch: str) -> None:
+    """The live IPC pool-handle cache switch on this release's own ``_wrap_tensor_for_cuda_ipc`` (its CUDA pieces
+    replaced by stand-ins): the layout is the dated one, and on / off / stock change whether the proxy SGLang builds
+    carries the pool handle, counted per seq. Stock is the release's own value: what it computes from the launch
+    environment for an engine launched as shipped (here the variable set against the default), else the default."""
+    import torch
+
+    from engine_fixtures.sglang_plugin.arm_state import LiveState
+    from engine_fixtures.sglang_plugin.ipc_switch import install_ipc_switch
+    from engine_fixtures.sglang_plugin.proof_file import Recorder
+    from engine_fixtures.transport.live import LiveArm
+
+    module = sglang_module(sv.MM_PROCESSOR_MODULE)
+    cls = getattr(module, sv.MM_PROCESSOR_CLASS)
+    monkeypatch.setattr(cls, sv.IPC_WRAP_METHOD, cls.__dict__[sv.IPC_WRAP_METHOD])  # undone after the test
+    if hasattr(module, sv.IPC_CACHE_GLOBAL):
+        monkeypatch.setattr(module, sv.IPC_CACHE_GLOBAL, getattr(module, sv.IPC_CACHE_GLOBAL))
+    monkeypatch.setattr(module, sv.CUDA_IPC_PROXY_CLASS, FakeProxy, raising=False)
+    default = bool(getattr(sglang_module(sv.ENVIRON_MODULE).envs, sv.IPC_CACHE_ENV).default)
+    monkeypatch.setenv(sv.IPC_CACHE_ENV, "0" if default else "1")  # the launch environment's value: not the default
+    rec = Recorder(tmp_path, {}, live=LiveState(LiveArm(ipc_cache=launch)))
+    install_ipc_switch(rec)
+    assert (rec.errors, rec.live.arm_errors) == ([], [])
+    assert rec.installed["ipc_cache_layout"] == sv.expected_ipc_cache_layout(VERSION)
+    stock = (not default) if launch == "stock" else default
+    assert rec.installed["ipc_cache_stock"] == ("on" if stock else "off")
+    bare = type("Processor", (cls,), dict.fromkeys(cls.__abstractmethods__, lambda *_a, **_k: None))
+    processor = object.__new__(bare)
+    processor.cudaipc_mmfeature_pool = FakePool()
+    processor.use_cuda_ipc, processor.keep_mm_feature_on_device = True, False
+    processor.use_ipc_pool_handle_cache = not stock  # the switch, not this, decides what is sent
+    feature = type("CudaTensor", (), {"is_cuda": True, "view": lambda self, *_: torch.zeros(8, dtype=torch.int8)})()
+    for seq, (arm, cached) in enumerate((("on", True), ("off", False), ("stock", stock), ("on", True)), start=1):
+        rec.live.switch(seq, LiveArm(ipc_cache=arm))
+        proxy = getattr(processor, sv.IPC_WRAP_METHOD)(feature)
+        assert isinstance(proxy, FakeProxy)
+        assert proxy.cached is cached, f"ipc_cache={arm}: sglang {INSTALLED} sent {proxy.kwargs}"
+        assert rec.counters[f"seq.{seq}.ipc_proxies_cache_{'on' if cached else 'off'}"] == 1
 
 
 def test_ipc_cache_default_is_the_one_the_marker_assumes() -> None:
