@@ -16,6 +16,15 @@ Failure modes for the tests (``--stub-mode``):
 ``--stub-shm-mb N`` allocates (``posix_fallocate``) and maps an SGLang-named ``sgl_shm_*`` segment of N MiB for
 the server's lifetime, unlinked on a clean exit: a SIGKILLed stub leaves it, as SGLang does; a /dev/shm too full
 for it stops the start with ENOSPC.
+
+The copy path (``--stub-image-kb N``, N > 0): every chat request first wraps an N KiB tensor in the stand-in
+``testing.stub_copy.ShmPointerMMData`` on the event loop, as SGLang's tokenizer manager wraps each image, and the
+stub tells the suite's SGLang plugin to take the class from there (``PERF_ARMS_SHM_MODULE``, inherited by the
+children), so the plugin's live copy arms and thread cap run on it and are proved end to end. The copied bytes are
+checked (a corrupted copy answers 500). The request's service time depends on the code that copied, by a fixed,
+documented amount: a request whose copy ran the torch copy lines (SGLang's own code, the ``stock`` and ``torch``
+arms) waits ``--stub-torch-copy-ms`` more (default: the ``STUB_TORCH_COPY_MS`` environment variable, else 0) before
+its first token than one whose copy ran the buffer assignment, so a live contrast of the two arms has a known sign.
 """
 
 from __future__ import annotations
@@ -92,6 +101,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--stub-token-ms", type=float, default=2.0)
     p.add_argument("--stub-start-s", type=float, default=30.0)
     p.add_argument("--stub-shm-mb", type=int, default=0)
+    p.add_argument("--stub-image-kb", type=int, default=0)
+    p.add_argument("--stub-torch-copy-ms", type=float, default=float(os.environ.get("STUB_TORCH_COPY_MS", "0")))
     return p.parse_args(argv)
 
 
@@ -120,6 +131,24 @@ class Stub:
         self.g_running_l = self.g_running.labels(**labels)
         self.g_queue_l = self.g_queue.labels(**labels)
         self.ttft_l = self.ttft.labels(model_name="stub")  # exported (at zero) before the first request
+        self.image = None
+        if a.stub_image_kb > 0:
+            import torch
+
+            self.image = torch.randint(0, 256, (a.stub_image_kb * 1024,), dtype=torch.uint8,
+                                       generator=torch.Generator().manual_seed(a.stub_image_kb))
+
+    async def copy_image(self) -> bool:
+        """The copy path (module docstring): False when the copied bytes differ from the image."""
+        import torch
+
+        from engine_fixtures.testing.stub_copy import copied_with_torch
+
+        obj, with_torch = copied_with_torch(self.image)
+        intact = torch.equal(torch.frombuffer(obj.shm.buf, dtype=torch.uint8), self.image)
+        if with_torch and self.a.stub_torch_copy_ms > 0:
+            await asyncio.sleep(self.a.stub_torch_copy_ms / 1000.0)  # the documented cost of the torch copy
+        return intact
 
     def server_info(self) -> dict[str, object]:
         a = self.a
@@ -155,6 +184,8 @@ class Stub:
         body = await request.json()
         n = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         t0 = time.perf_counter()
+        if self.image is not None and not await self.copy_image():
+            return web.Response(status=500, text="stub_engine: the SHM copy corrupted the image")
         self.queued += 1
         self.g_queue_l.set(self.queued)
         async with self.slots:
@@ -246,6 +277,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.stub_mode == "crash-before-ready":
         print("stub_engine: simulated crash during model load (RuntimeError: CUDA out of memory)", flush=True)
         return 3
+    if a.stub_image_kb > 0:  # before the plugin loads here and in the children (spawn passes the environment)
+        from engine_fixtures.sglang_plugin.instrument import SHM_MODULE_ENV
+
+        os.environ[SHM_MODULE_ENV] = "engine_fixtures.testing.stub_copy"
     with shm_pool(a.stub_shm_mb):
         return serve(a)
 
