@@ -11,9 +11,8 @@ MARKERS: dict[str, str] = {
     "gpu_tier": "a GPU-tier test: starts the real SGLang engine; skipped when SGLang or a GPU is missing.",
     "cgroup": "needs a writable cgroup CPU controller (skipped with the reason otherwise, and under "
     "--perf-cpu-quota none).",
-    "perf(floor=None, new=None)": "a measured scenario with verdicts; FLOOR (percent) overrides --perf-floor and "
-    "every log-scale metric's declared floor (the smallest change ever flagged) for this test; NEW='why' declares "
-    "a GPU-tier scenario that has no pool yet (strict runs otherwise fail on a missing pool).",
+    "perf(floor=None)": "a measured scenario with verdicts; FLOOR (percent) overrides --perf-floor and "
+    "every log-scale metric's declared floor (the smallest change ever flagged) for this test.",
     "cpu_tier": "a CPU-tier test: SGLang's SHM copy path measured between real processes through real /dev/shm under "
     "a real cgroup quota.",
     "slow": "takes minutes; the 'unit' tox env deselects it, and a measured one (perf, cpu_tier, gpu_tier) runs "
@@ -31,7 +30,7 @@ MEASURED: tuple[str, ...] = ("perf", "cpu_tier", "gpu_tier")
 # Keyword arguments each marker accepts; anything else is a usage error naming the test (pytest-benchmark's rule).
 MARKER_KWARGS: dict[str, frozenset[str]] = {
     "gpu": frozenset({"count"}),
-    "perf": frozenset({"floor", "new"}),
+    "perf": frozenset({"floor"}),
     "cgroup": frozenset(),
     "gpu_tier": frozenset(),
     "cpu_tier": frozenset(),
