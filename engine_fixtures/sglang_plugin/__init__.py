@@ -6,8 +6,9 @@ Then it starts on the launch arm (``arm_state.launch_arm``: ``PERF_ARMS_COPY`` s
 ``PERF_ARMS_IPC_CACHE`` stock | on | off, the named patches of ``PERF_ARMS_PATCH``; seq 0) and installs, in every
 process but the detokenizer, the hooks that read the live arm at each call: the copy dispatcher where
 ``wrap_shm_features`` runs (``instrument.install_copy_dispatch``: the copy arm and the thread cap), on the cuda_ipc
-transport the IPC pool-handle cache switch (``ipc_switch``) and the IPC open/rebuild probe (``instrument``), and the
-named patches (known slowdowns for proving the gates, ``patches.py``). The proof thread switches the live arm when
+transport the IPC open/rebuild probe (``instrument``) and, in the tokenizer manager once SGLang has imported its
+processors, the IPC pool-handle cache switch (``ipc_switch.defer_ipc_switch``), and the named patches (known
+slowdowns for proving the gates, ``patches.py``). The proof thread switches the live arm when
 ``<PERF_ARMS_PROOF_DIR>/arms.json`` (``EngineHandle.set_arm``) names a new seq, and writes a per-process proof JSON
 into the directory with the arm it applied (``engine.proof`` reads it back).
 """
@@ -33,7 +34,7 @@ def load(*_args: Any, **_kwargs: Any) -> None:
     from engine_fixtures.sglang_plugin import patches
     from engine_fixtures.sglang_plugin.arm_state import LiveState, launch_arm
     from engine_fixtures.sglang_plugin.instrument import install_copy_dispatch, install_ipc_probe
-    from engine_fixtures.sglang_plugin.ipc_switch import install_ipc_switch
+    from engine_fixtures.sglang_plugin.ipc_switch import defer_ipc_switch
     from engine_fixtures.sglang_plugin.proof_file import Recorder, process_title, role_of
     from engine_fixtures.transport.live import LiveArm
 
@@ -55,7 +56,7 @@ def load(*_args: Any, **_kwargs: Any) -> None:
             install_copy_dispatch(rec)
         if role != "detokenizer" and requested["transport"] == "cuda_ipc":
             install_ipc_probe(rec)
-            install_ipc_switch(rec)
+            defer_ipc_switch(rec)
         named = os.environ.get(patches.PATCH_ENV, "")
         if named:
             rec.installed["patches_requested"] = named

@@ -12,19 +12,27 @@ layout the suite does not know, or one other than the release's dated layout, le
 that forces the cache an error in the proof (``errors`` for the launch arm, ``arm_errors`` for a live one), never a
 silent no-op. Opens and rebuilds are counted in the schedulers
 (``instrument.install_ipc_probe``).
+
+``defer_ipc_switch`` installs it from the proof thread once SGLang itself has imported ``base_processor`` in a
+tokenizer-manager process (the plugin loads before the server resolves its arguments, and the processors read
+environment variables at import, so the plugin imports none of them); until then SGLang runs on the launch
+environment, i.e. the launch arm, and a switch to another cache value is an ``arm_errors`` entry there.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import sys
+import threading
 import warnings
 from typing import Any
 
 from engine_fixtures import sglang_version as sv
-from engine_fixtures.sglang_plugin.proof_file import Recorder
+from engine_fixtures.sglang_plugin.proof_file import Recorder, process_title, role_of
 
 CACHE_VALUES = {"on": True, "off": False}
+PRODUCER_ROLES = ("http_server", "tokenizer_worker")  # the processes whose processor wraps features for CUDA IPC
 
 
 def _unsupported(what: str) -> str:
@@ -90,3 +98,31 @@ def install_ipc_switch(rec: Recorder) -> None:
 
     switched_wrap.__perf_ipc_switch__ = True  # type: ignore[attr-defined]
     setattr(cls, sv.IPC_WRAP_METHOD, switched_wrap)
+
+
+def defer_ipc_switch(rec: Recorder) -> None:
+    """Install the switch from the proof thread once SGLang has imported its processors here (module docstring)."""
+    done = threading.Event()
+    rec.installed["ipc_cache_switch"] = f"pending: until SGLang imports {sv.MM_PROCESSOR_MODULE}"
+
+    def producer() -> bool:
+        return role_of(process_title()) in PRODUCER_ROLES
+
+    def attempt() -> bool:
+        if not producer():
+            rec.installed["ipc_cache_switch"] = "none: not a tokenizer-manager process (no proxies are made here)"
+            return True
+        if sv.MM_PROCESSOR_MODULE not in sys.modules:
+            return False
+        install_ipc_switch(rec)  # importing waits for SGLang's own import to finish
+        done.set()
+        return True
+
+    def not_yet(arm: Any) -> list[str]:
+        if done.is_set() or arm.ipc_cache == rec.live.launch.ipc_cache or not producer():
+            return []
+        return [f"ipc_cache={arm.ipc_cache}: not switched yet: SGLang has not imported {sv.MM_PROCESSOR_MODULE} in "
+                "this process (no processor yet), so it still runs the launch arm's value"]
+
+    rec.live.add_applier(not_yet)
+    rec.deferred.append(attempt)

@@ -6,6 +6,7 @@ fixture writes a number into ``<dir>/flush-request`` and every live process answ
 whose ``flush_seq`` is at least that number. Before it answers, the thread applies ``<dir>/arms.json``
 (``arm_state.LiveState.refresh``; the request is read first, and the fixture writes the arm before the request),
 so a proof that answers a flush reports the live arm written before it (``arm_seq``, ``arm_now``, ``arm_errors``).
+The thread also retries the hook installs that wait for SGLang to import their module itself (``deferred``).
 This module must stay importable without SGLang or torch.
 """
 
@@ -17,7 +18,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,7 @@ class Recorder:
         self._flush_seq = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.deferred: list[Callable[[], bool]] = []  # hook installs the proof thread retries until they say done
 
     def add(self, name: str, amount: float = 1.0) -> None:
         self.add_many({name: amount})
@@ -120,9 +122,20 @@ class Recorder:
         except (OSError, ValueError):
             return 0
 
+    def _install_deferred(self) -> None:
+        left = []
+        for attempt in self.deferred:
+            try:
+                if not attempt():
+                    left.append(attempt)
+            except Exception as exc:  # never raise into SGLang; the proof carries it
+                self.errors.append(f"deferred install failed: {exc!r}")
+        self.deferred = left
+
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
             seq = self._requested_seq()  # first: the arm written before this request is applied below
+            self._install_deferred()
             self.live.refresh(self.directory)
             with self._lock:
                 self._flush_seq = max(self._flush_seq, seq)

@@ -208,3 +208,39 @@ def test_required_release_missing_stops_the_session(pytester: pytest.Pytester, m
     result.stderr.fnmatch_lines(["*--perf-require-sglang 0.5.20: this environment has SGLang 0.5.23; install that "
                                  "release*"])
     pytester.runpytest_subprocess("--perf-require-sglang", "0.5.23").assert_outcomes(passed=1)
+
+
+DEFERRED = """
+import importlib, json, sys, tempfile
+from pathlib import Path
+from engine_fixtures.sglang_plugin.arm_state import LiveState
+from engine_fixtures.sglang_plugin.ipc_switch import defer_ipc_switch
+from engine_fixtures.sglang_plugin.proof_file import Recorder
+from engine_fixtures.transport.live import LiveArm
+MODULE = "sglang.srt.multimodal.processors.base_processor"
+rec = Recorder(Path(tempfile.mkdtemp()), {}, live=LiveState(LiveArm(ipc_cache="off")))
+defer_ipc_switch(rec)
+(attempt,) = rec.deferred
+out = {"imported_by_plugin": MODULE in sys.modules, "before": attempt()}
+rec.live.switch(1, LiveArm(ipc_cache="on"))
+out["early"] = list(rec.live.arm_errors)
+importlib.import_module(MODULE)  # what SGLang's tokenizer manager does when it builds its processor
+out["after"] = attempt()
+rec.live.switch(2, LiveArm(ipc_cache="on"))
+out.update(late=rec.live.arm_errors, layout=rec.installed.get("ipc_cache_layout"))
+print(json.dumps(out))
+"""
+
+
+def test_ipc_switch_waits_for_sglang_to_import_its_processors(tmp_path: Path) -> None:
+    """The plugin imports none of SGLang's processors (they read the environment at import, before the server has
+    resolved it); a switch before SGLang imported them is an error there, not a silent no-op."""
+    fake_release.write(tmp_path, "0.5.23", {PROCESSOR: processor_module("self.use_ipc_pool_handle_cache"),
+                                            "sglang/srt/environ.py": ENVIRON})
+    out = fake_release.run(tmp_path, DEFERRED)
+    assert isinstance(out, dict)
+    assert (out["imported_by_plugin"], out["before"], out["after"]) == (False, False, True)
+    assert out["early"] == ["ipc_cache=on: not switched yet: SGLang has not imported "
+                            "sglang.srt.multimodal.processors.base_processor in this process (no processor yet), so "
+                            "it still runs the launch arm's value"]
+    assert (out["late"], out["layout"]) == ([], "processor-attribute")
