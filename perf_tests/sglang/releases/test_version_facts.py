@@ -20,32 +20,43 @@ from perf_tests.sglang.releases import server_info_samples
 
 MODEL = Path("/models/qwen-tiny")
 
-# release -> (preprocess-cache flag, IPC cache default on, ShmPointerMMData layout, CUDA IPC module)
+# release -> (preprocess-cache flag, IPC cache default on, ShmPointerMMData layout, CUDA IPC module, where the
+# tokenizer manager reads the IPC pool-handle cache flag)
 FACTS = {
-    "0.5.16": (False, False, "0.5.16", "sglang.srt.utils.cuda_ipc_transport_utils"),
-    "0.5.17": (False, True, "0.5.16", "sglang.srt.utils.cuda_ipc_transport_utils"),
-    "0.5.18": (True, True, "0.5.16", "sglang.srt.multimodal.transport.cuda_ipc"),
-    "0.5.19": (True, True, "0.5.19+", "sglang.srt.multimodal.transport.cuda_ipc"),
-    "0.5.20": (True, True, "0.5.19+", "sglang.srt.multimodal.transport.cuda_ipc"),
-    "0.5.23.post1": (True, True, "0.5.19+", "sglang.srt.multimodal.transport.cuda_ipc"),
+    "0.5.16": (False, False, "0.5.16", "sglang.srt.utils.cuda_ipc_transport_utils", "module-global"),
+    "0.5.17": (False, True, "0.5.16", "sglang.srt.utils.cuda_ipc_transport_utils", "processor-attribute"),
+    "0.5.18": (True, True, "0.5.16", "sglang.srt.multimodal.transport.cuda_ipc", "processor-attribute"),
+    "0.5.19": (True, True, "0.5.19+", "sglang.srt.multimodal.transport.cuda_ipc", "processor-attribute"),
+    "0.5.20": (True, True, "0.5.19+", "sglang.srt.multimodal.transport.cuda_ipc", "processor-attribute"),
+    "0.5.23.post1": (True, True, "0.5.19+", "sglang.srt.multimodal.transport.cuda_ipc", "processor-attribute"),
 }
 
 
 @pytest.mark.parametrize("release", FACTS)
 def test_layout_facts_by_release(release: str) -> None:
-    flag, cache_on, layout, ipc_module = FACTS[release]
+    flag, cache_on, layout, ipc_module, ipc_cache = FACTS[release]
     v = sv.parse(release)
     assert sv.has_preprocess_cache_flag(v) is flag
     assert sv.ipc_cache_off_by_default(v) is not cache_on
     assert sv.expected_shm_layout(v) == layout
     assert sv.cuda_ipc_module(v) == ipc_module
+    assert sv.expected_ipc_cache_layout(v) == ipc_cache
     assert sv.shm_copy_unfixed(v)
+
+
+def test_the_ipc_cache_layout_is_read_from_the_code() -> None:
+    """0.5.16's method reads the module global (and the module has it); 0.5.17+ reads the processor attribute."""
+    assert sv.ipc_cache_layout(("is_cuda", "_IPC_POOL_HANDLE_CACHE"), {"_IPC_POOL_HANDLE_CACHE": False}) == (
+        "module-global")
+    assert sv.ipc_cache_layout(("wrap_tensor", "use_ipc_pool_handle_cache")) == "processor-attribute"
+    assert sv.ipc_cache_layout(("_IPC_POOL_HANDLE_CACHE",)) is None  # a name read but no such global
+    assert sv.ipc_cache_layout(("wrap_tensor",)) is None
 
 
 def test_a_newer_release_is_not_assumed_to_keep_any_layout() -> None:
     v = sv.parse("0.6.0")
     assert sv.is_newer_than_checked(v)
-    assert (sv.expected_shm_layout(v), sv.cuda_ipc_module(v)) == (None, None)
+    assert (sv.expected_shm_layout(v), sv.cuda_ipc_module(v), sv.expected_ipc_cache_layout(v)) == (None, None, None)
     assert not sv.shm_copy_unfixed(v), "a newer release is measured, not excused"
     message = sv.unsupported("X moved", "0.6.0")
     assert message.startswith("SGLang 0.6.0 (newer than any release this suite was checked against): X moved. ")
