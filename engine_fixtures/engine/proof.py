@@ -32,6 +32,13 @@ from engine_fixtures.transport.live import LiveArm
 
 CACHED_OPENS_PER_REBUILD_MAX = 0.5  # cache on: the seed saw 0 opens per image (1 in the server's life)
 UNCACHED_OPENS_PER_REBUILD_MIN = 1.0  # cache off: one _new_shared_cuda per rebuild, exactly
+NO_PROOF = ("no arm proof was written: the SGLang plugin did not load in any engine process. Fix: "
+            "`pip install -e .` in the engine's environment, or run `python -m "
+            "engine_fixtures.sglang_plugin.distinfo DIR` and put DIR and the repo root on PYTHONPATH")
+NO_SHM = ("the load never crossed the SHM transport (check /dev/shm size and the log for 'Failed to allocate "
+          "shared memory')")
+NO_IPC = ("the load never crossed the CUDA IPC transport (check the log for 'MmItemMemoryPool has no free "
+          "chunk')")
 
 
 @dataclass(frozen=True)
@@ -151,15 +158,6 @@ def request_flush(directory: Path, live_pids: set[int], deadline_s: float = 10.0
             missing = sorted(live_pids - fresh)
             return ArmProof(proof.processes, {"flush_missing_pids": missing, "live_pids": sorted(live_pids)})
         waiter.wait(0.05)
-
-
-NO_PROOF = ("no arm proof was written: the SGLang plugin did not load in any engine process. Fix: "
-            "`pip install -e .` in the engine's environment, or run `python -m "
-            "engine_fixtures.sglang_plugin.distinfo DIR` and put DIR and the repo root on PYTHONPATH")
-NO_SHM = ("the load never crossed the SHM transport (check /dev/shm size and the log for 'Failed to allocate "
-          "shared memory')")
-NO_IPC = ("the load never crossed the CUDA IPC transport (check the log for 'MmItemMemoryPool has no free "
-          "chunk')")
 
 
 def launch_arm_of(spec: EngineSpec) -> LiveArm:
