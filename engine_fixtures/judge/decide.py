@@ -202,7 +202,8 @@ def decide_contrast(block_effects: Sequence[float], sign: float, margin: float, 
         T = max(floor, margin + t(1-alpha) se)      flagged beyond this (the candidate worse than the margin allows)
         D = T + t(1-beta) se                        the promise: a candidate worse by D is caught with >= 1-beta
         regression    if effect > T
-        pass          if effect <= T and D - margin <= ceiling   (a candidate better than the reference passes too)
+        pass          if effect < -t(1-alpha) se                 (the candidate is better beyond the noise)
+                      or D - margin <= ceiling                   (else: the run could catch a worsening of D)
         inconclusive  otherwise: too few blocks, or an interval too wide to promise within ``ceiling``
 
     No between-engine term enters: both arms ran on the same engine instance, interleaved in mirrored blocks, so
@@ -222,7 +223,7 @@ def decide_contrast(block_effects: Sequence[float], sign: float, margin: float, 
     detectable = threshold + q(1 - beta, df) * se
     if effect > threshold:
         return Decision("regression", effect, se, df, threshold, detectable)
-    if detectable - margin <= ceiling:
+    if effect < -q(1 - alpha, df) * se or detectable - margin <= ceiling:
         return Decision("pass", effect, se, df, threshold, detectable)
     per_block = (q(1 - alpha, df) + q(1 - beta, df)) * sd
     need = math.ceil((per_block / ceiling) ** 2) if ceiling > 0 else p + 1

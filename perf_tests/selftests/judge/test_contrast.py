@@ -62,6 +62,10 @@ def test_contrast_is_undecided_on_too_few_or_too_noisy_blocks() -> None:
     d = decide_contrast(noisy, 1.0, 0.0, 0.01, 0.10, 15)
     assert d.status == "inconclusive"
     assert "blocks would" in d.reason
+    # a candidate far better than the reference passes on noisy blocks too: it excludes being worse at all
+    better = decide_contrast([-0.6, -0.7, -0.8, -0.75, -0.65], 1.0, 0.0, 0.01, 0.10, 15)
+    assert better.status == "pass"
+    assert better.detectable > 0.10
 
 
 def test_judge_contrast_row_says_the_bound_the_ratio_and_what_it_catches() -> None:

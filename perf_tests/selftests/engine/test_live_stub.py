@@ -1,0 +1,83 @@
+"""One engine, many arms, end to end through pytest with the stub engine in place of SGLang: the copy arms are
+switched live on one stub engine (its stand-in ShmPointerMMData; the torch copy made 25 ms slower by the stub), every
+visit is proved, the contrasts decide the right way in one run with no pool, and each arm's windows are kept with
+their blocks and per-request records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ("pytester",)
+
+TEST_FILE = """
+import pytest
+from engine_fixtures import Arm, Contrast, EngineScenario, LiveGroup
+from engine_fixtures.errors import InvariantViolated
+
+STUB = ("-m", "engine_fixtures.testing.stub_engine", "--stub-image-kb", "16", "--stub-torch-copy-ms", "25")
+METRICS = ("requests_per_s", "ttft_p50_ms")
+GROUP = LiveGroup("stub", EngineScenario("stub", concurrency=2, output_tokens=8, launcher=STUB, copy="buffer"),
+                  arms=(Arm("buffer", copy="buffer"), Arm("torch", copy="torch")),
+                  contrasts=(Contrast("buffer >= torch", "torch", "buffer", metrics=METRICS),
+                             Contrast("torch >= buffer", "buffer", "torch", metrics=METRICS)))
+
+
+@pytest.mark.perf
+def test_buffer_beats_torch(perf_live):
+    rows = perf_live.check(GROUP, "buffer >= torch")
+    assert {r.metric for r in rows} == set(METRICS)
+    assert all(r.status == "pass" and r.detectable is not None for r in rows)
+
+
+@pytest.mark.perf
+@pytest.mark.xfail(raises=InvariantViolated, strict=True, reason="the stub's torch copy is 25 ms slower")
+def test_torch_does_not_beat_buffer(perf_live):
+    perf_live.check(GROUP, "torch >= buffer")
+
+
+@pytest.mark.perf
+@pytest.mark.parametrize("arm", ["buffer", "torch"])
+def test_arm_pool(perf_live, arm):
+    perf_live.arm(GROUP, arm)
+"""
+
+
+def test_live_arms_on_one_stub_engine_decide_in_one_run(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_live=TEST_FILE)
+    out = pytester.path / "out"
+    r = pytester.runpytest_subprocess(
+        "-rsx", "-p", "no:cacheprovider", "--perf-baseline-dir", str(pytester.path / "bl"), "--perf-results-dir",
+        str(out), "--perf-model-shape", "tiny", "--perf-repeats", "3", "--perf-max-repeats", "5",
+        "--perf-window-s", "0.4", "--perf-warmup-s", "0.1", "--perf-strict", "yes", "--perf-cpu-quota", "none",
+        "--perf-profile", "off", timeout=600)
+    r.assert_outcomes(passed=1, xfailed=1, skipped=2)
+    r.stdout.fnmatch_lines(["*no-baseline*"])
+    (path,) = out.glob("results-*.json")
+    data = json.loads(path.read_text())
+    arms = {res["metadata"]["live_arm"]: res for res in data["results"] if res["scenario"].endswith("/live")}
+    assert set(arms) == {"buffer", "torch"}
+    for res in arms.values():
+        meta = res["metadata"]
+        n = len(res["samples"]["requests_per_s"])
+        assert len(meta["window_block"]) == n == len(meta["requests"]) == len(meta["window_visit"])
+        assert n % 2 == 0  # twice per mirrored block
+        assert n >= 6  # three blocks at least
+        assert meta["requests"][0]["rows"]  # the requests behind a window, kept for any later estimator
+    assert arms["torch"]["scenario"] != arms["buffer"]["scenario"]
+    assert "copy=torch" in arms["torch"]["scenario"]
+
+
+def test_a_visit_whose_proof_disagrees_is_an_error(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """A launch without the copy path (no --stub-image-kb) copies nothing: the first visit's proof shows zero SHM
+    copies, so its windows are refused with the reason, never measured."""
+    pytester.makepyfile(test_live=TEST_FILE.replace(', "--stub-image-kb", "16"', ""))
+    r = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--perf-baseline-dir", str(tmp_path / "bl"), "--perf-results-dir",
+        str(tmp_path / "out"), "--perf-model-shape", "tiny", "--perf-repeats", "3", "--perf-max-repeats", "3",
+        "--perf-window-s", "0.3", "--perf-warmup-s", "0.1", "--perf-cpu-quota", "none", "--perf-profile", "off",
+        "-k", "buffer_beats", timeout=300)
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*did not serve its visit as requested*"])
