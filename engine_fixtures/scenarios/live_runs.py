@@ -110,7 +110,11 @@ def contrast_verdicts(group: LiveGroup, contrast: Contrast, windows: ArmWindows,
 
 def open_cells(group: LiveGroup, windows: ArmWindows, *, budget: int, alpha: float,
                floor: float | None = None) -> list[str]:
-    """The contrast cells still undecided (what keeps the runner measuring)."""
-    return [f"{c.label}: {v.metric}" for c in group.contrasts
-            for v in contrast_verdicts(group, c, windows, budget=budget, alpha=alpha, floor=floor)
-            if v.status == "inconclusive"]
+    """The contrast cells still undecided (what keeps the runner measuring). A contrast with a violated family is
+    decided (it fails whatever its other families say), so its undecided cells do not keep the runner going."""
+    out = []
+    for c in group.contrasts:
+        rows = contrast_verdicts(group, c, windows, budget=budget, alpha=alpha, floor=floor)
+        if not any(v.status == "regression" for v in rows):
+            out += [f"{c.label}: {v.metric}" for v in rows if v.status == "inconclusive"]
+    return out

@@ -70,8 +70,10 @@ PROFILED = "profiled"  # ScenarioResults set of a group: the contrasts already p
 
 
 def live_budget(repeats: int, max_repeats: int) -> Budget:
-    """Blocks: ``--perf-repeats`` before the first look, two more per look, up to ``--perf-max-repeats``."""
-    return Budget(repeats, 2, max(max_repeats, repeats))
+    """Mirrored blocks: ``--perf-repeats`` before the first look, then at most one more look after as many again
+    (never past ``--perf-max-repeats``). Two looks, not one per block: every look divides alpha (Bonferroni), and
+    with five metric families per contrast a look per block would cost more blocks than it saves."""
+    return Budget(repeats, max(repeats, 1), max(repeats, min(max_repeats, 2 * repeats)))
 
 
 class LiveGroupRunner:

@@ -26,6 +26,10 @@ from engine_fixtures.sglang_plugin.arm_state import LiveState
 from engine_fixtures.transport.live import LiveArm
 
 FLUSH_REQUEST = "flush-request"
+# How often the proof thread answers a flush and applies arms.json: a live-arm visit waits for three flushes (the
+# switch and the segment's two proofs), so at 0.5 s this cost about 0.75 s per visit; a poll costs two small file
+# reads and one small write.
+PROOF_INTERVAL_S = 0.1
 
 
 def process_title() -> str:
@@ -55,8 +59,8 @@ def _patch_magnitudes() -> dict[str, float]:
 class Recorder:
     """Thread-safe counters plus the periodic writer for one process."""
 
-    def __init__(self, directory: Path, requested: dict[str, str], every: int = 32, interval_s: float = 0.5,
-                 live: LiveState | None = None):
+    def __init__(self, directory: Path, requested: dict[str, str], every: int = 32,
+                 interval_s: float = PROOF_INTERVAL_S, live: LiveState | None = None):
         self.directory = directory
         self.live = live if live is not None else LiveState(LiveArm())
         self.path = directory / f"proof-{os.getpid()}.json"

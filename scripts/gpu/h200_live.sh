@@ -5,8 +5,9 @@
 # Steps (each starts only while its guard of seconds is left in the call's budget; state in $WORK carries over
 # between calls of one warm lease):
 #   default    the default GPU job as `tox -e perf-gpu` runs it (strict, --perf-require-gpu 1, the 4B shape), timed
-#   separate   the copy arms as separate engines (perf_tests/sglang/gpu_studies/test_separate_launches.py)
-#   agree      scripts/gpu/live_vs_separate.py over the last default and separate runs
+#   separate   buffer vs torch copy under quota as separate engines and live on one engine, 10 blocks
+#              (perf_tests/sglang/gpu_studies/test_live_vs_separate.py)
+#   agree      scripts/gpu/live_vs_separate.py over the last separate run
 #   gate       the live patch gate study (perf_tests/sglang/gpu_studies/test_live_gate.py)
 #   cv         the within-run CV of req/s, counted vs continuous, over the default run's windows
 # Everything lands in $OUT/live.tgz: logs, results JSON, summaries, reports. Pools are never written here.
@@ -52,12 +53,12 @@ last() { ls -d "$WORK/$1"-* 2>/dev/null | sort -V | tail -1; }
 for step in "$@"; do
   case "$step" in
     default) run default 420 perf_tests/sglang/gpu_tier -m "gpu_tier or gpu" ;;
-    separate) run separate 200 perf_tests/sglang/gpu_studies/test_separate_launches.py --perf-repeats 10 \
+    separate) run separate 300 perf_tests/sglang/gpu_studies/test_live_vs_separate.py --perf-repeats 10 \
                 --perf-max-repeats 10 ;;
-    gate) run gate 300 perf_tests/sglang/gpu_studies/test_live_gate.py -s ;;
+    gate) run gate 300 perf_tests/sglang/gpu_studies/test_live_gate.py -s --perf-profile off ;;
     agree)
-      python3 scripts/gpu/live_vs_separate.py "$(ls "$(last default)"/results/results-*.json | tail -1)" \
-        "$(ls "$(last separate)"/results/results-*.json | tail -1)" > "$WORK/logs/agree.md" 2>&1
+      python3 scripts/gpu/live_vs_separate.py "$(ls "$(last separate)"/results/results-*.json | tail -1)" \
+        > "$WORK/logs/agree.md" 2>&1
       log "agree rc=$?"; cat "$WORK/logs/agree.md" ;;
     cv)
       python3 -m engine_fixtures.scenarios.rate_study "$(ls "$(last default)"/results/results-*.json | tail -1)" \

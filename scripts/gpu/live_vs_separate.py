@@ -1,11 +1,11 @@
 """Does switching arms live on one engine measure what separate launches measure? One contrast, both ways.
 
-    python3 scripts/gpu/live_vs_separate.py LIVE_RESULTS.json SEPARATE_RESULTS.json [--group cpu-quota]
+    python3 scripts/gpu/live_vs_separate.py RESULTS.json [SEPARATE_RESULTS.json] [--group copy-pair]
         [--reference torch --candidate buffer] [--between requests_per_s=0.043,ttft_p50_ms=0.045,tpot_p50_ms=0.031]
 
-LIVE_RESULTS is a run of the default job (``perf_tests/sglang/gpu_tier/test_live_arms.py``): the group's arms as
-results filed under ``.../live`` with the mirrored block of every window. SEPARATE_RESULTS is a run of
-``perf_tests/sglang/gpu_studies/test_separate_launches.py``: one fresh engine per copy arm. For each metric it
+RESULTS is a run of ``perf_tests/sglang/gpu_studies/test_live_vs_separate.py``: one fresh engine per copy arm, and
+the live group's arms as results filed under ``.../live`` with the mirrored block of every window (the separate
+engines may also come from another results file of the same host). For each metric it
 prints the live paired ratio (candidate over reference) with its 95 % interval from the per-block effects, and the
 separate-launch ratio with the 95 % interval a comparison of two fresh engines has: each engine's window mean
 error plus the between-engine spread of a fresh start, ``--between`` (relative sd per metric; the default is what
@@ -68,14 +68,15 @@ def separate_ratio(ref: RunResult, cand: RunResult, name: str, between: float) -
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("live", type=Path)
-    p.add_argument("separate", type=Path)
-    p.add_argument("--group", default="cpu-quota")
+    p.add_argument("separate", type=Path, nargs="?")
+    p.add_argument("--group", default="copy-pair")
     p.add_argument("--reference", default="torch")
     p.add_argument("--candidate", default="buffer")
     p.add_argument("--between", default=BETWEEN)
     a = p.parse_args(argv)
     between = {k: float(v) for k, v in (kv.split("=") for kv in a.between.split(","))}
-    live, sep = ResultsFile.load(a.live), ResultsFile.load(a.separate)
+    live = ResultsFile.load(a.live)
+    sep = ResultsFile.load(a.separate) if a.separate else live
     lref, lcand = live_arm(live, a.group, a.reference), live_arm(live, a.group, a.candidate)
     sref, scand = separate_arm(sep, a.reference), separate_arm(sep, a.candidate)
     print(f"{a.candidate} over {a.reference}: live on one engine ({lref.scenario}) vs separate engines")
