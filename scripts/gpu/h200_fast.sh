@@ -23,7 +23,7 @@ MODEL=/tmp/models/qwen-tiny
 [ -f "$MODEL/config.json" ] || python3 -m engine_fixtures.model.modeldir --shape tiny "$MODEL" > /dev/null
 { nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } > "$W/logs/machine-$T0.txt"
 log "ready: $(tr '\n' ' ' < "$W/logs/machine-$T0.txt")"
-ARM="perf_tests/sglang/gpu_tier/test_gpu_arms.py::test_engine_arm[cpu-copy=buffer-quota]"
+ARM="perf_tests/sglang/gpu_studies/test_live_vs_separate.py::test_separate_launch[separate-buffer-quota]"
 PYTEST=(python3 -m pytest -p engine_fixtures.plugin -p engine_fixtures.fixtures --perf-model "$MODEL"
         --perf-baseline-dir "$W/baselines" --perf-engine-timeout 300 --perf-strict no -q -rA -p no:cacheprovider
         --perf-cgroup-parent /sys/fs/cgroup)

@@ -20,7 +20,7 @@ export PERF_ENGINE_CONCURRENCY=${PERF_ENGINE_CONCURRENCY:-16} PERF_ENGINE_REQUES
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader; df -h /dev/shm | tail -1; } \
   > "$OUTD/env.txt" 2>&1
 BT=/tmp/perf-bt-$SHAPE; rm -rf "$BT"
-ARGS=(-p engine_fixtures.plugin -p engine_fixtures.fixtures perf_tests/sglang/gpu_tier/test_gpu_arms.py -rA -v
+ARGS=(-p engine_fixtures.plugin -p engine_fixtures.fixtures perf_tests/sglang/gpu_tier/test_live_arms.py -rA -v
       --basetemp "$BT" --junitxml "$OUTD/junit.xml" --perf-model-shape "$SHAPE" --perf-repeats "${PERF_REPEATS:-2}"
       --perf-engine-timeout 420 --perf-results-dir "$OUTD/results" --perf-baseline-dir "$OUTD/baselines"
       --perf-update-baselines --perf-cpu-quota "${PERF_CPU_QUOTA:-auto}"
