@@ -22,6 +22,9 @@ SITE=${SITE:-/tmp/site}
 if [ ! -f "$SITE/.done" ]; then bash .device/setup.sh > "$WORK/logs/setup.log" 2>&1 || { tail -20 "$WORK/logs/setup.log"; exit 1; }; fi
 [ -f "$HOME/.cache/.perf-jit-restored" ] || { [ -f .device/jitcache.tgz ] && tar xzf .device/jitcache.tgz -C "$HOME" \
   && touch "$HOME/.cache/.perf-jit-restored"; }
+# py-spy for the differential profiles, when the wheelhouse carries it (unzipped without its exec bit)
+PYSPY=$(ls "$SITE"/py_spy-*.data/scripts/py-spy 2>/dev/null | head -1)
+[ -n "$PYSPY" ] && chmod +x "$PYSPY" && export PERF_PY_SPY=$PYSPY
 PLUG=$WORK/plugin-path
 python3 -m engine_fixtures.sglang_plugin.distinfo "$PLUG" >/dev/null   # SGLang finds the arms plugin here
 export PYTHONPATH=$PLUG:$SITE:$ROOT HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 PERF_STRICT=yes
