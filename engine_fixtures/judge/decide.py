@@ -148,6 +148,15 @@ def decide_history(model: NoiseModel, current: Sequence[float], sign: float, flo
     return d
 
 
+def _units(r: np.ndarray) -> tuple[float, float, float, int, int] | float:
+    """``(mean, sd, se, df, n)`` of per-unit effects, or just their mean (nan when none) with fewer than
+    ``MIN_BLOCKS`` units: a paired interval needs that many."""
+    if r.size < MIN_BLOCKS:
+        return float(r.mean()) if r.size else math.nan
+    sd = float(r.std(ddof=1))
+    return float(r.mean()), sd, sd / math.sqrt(r.size), r.size - 1, r.size
+
+
 def decide_paired(log_ratios: Sequence[float], sign: float, floor: float, budget: int,
                  alpha: float = ALPHA, beta: float = BETA, detect: float = DEFAULT_AB_DETECT) -> Decision:
     """Per-block ``log(candidate / reference)`` values (judged scale differences) of a paired design.
@@ -157,16 +166,11 @@ def decide_paired(log_ratios: Sequence[float], sign: float, floor: float, budget
     so a pass at any block count means the same thing; an interval still too wide at the budget stays
     ``inconclusive`` and says how many units would narrow it. ``budget`` (the most units the runner measures)
     only enters that message."""
-    r = sign * np.asarray(log_ratios, dtype=float)
-    p = r.size
-    if p < MIN_BLOCKS:
-        effect = float(r.mean()) if p else math.nan
-        return Decision("inconclusive", effect, math.nan, math.nan, math.nan, detect,
-                        f"{p} paired block(s); a paired interval needs >= {MIN_BLOCKS}")
-    sd = float(r.std(ddof=1))
-    effect = float(r.mean())
-    df = p - 1
-    se = sd / math.sqrt(p)
+    units = _units(sign * np.asarray(log_ratios, dtype=float))
+    if isinstance(units, float):
+        return Decision("inconclusive", units, math.nan, math.nan, math.nan, detect,
+                        f"{len(log_ratios)} paired block(s); a paired interval needs >= {MIN_BLOCKS}")
+    effect, sd, se, df, p = units
     threshold = max(floor, q(1 - alpha, df) * se)
     promise = max(detect, floor)
     need = math.ceil(((q(1 - alpha, df) + q(1 - beta, df)) * sd / promise) ** 2) if promise > 0 else p
@@ -209,16 +213,11 @@ def decide_contrast(block_effects: Sequence[float], sign: float, margin: float, 
     No between-engine term enters: both arms ran on the same engine instance, interleaved in mirrored blocks, so
     the instance's offset cancels. ``budget`` (the most blocks the runner measures) only enters the message."""
     r = sign * np.asarray(block_effects, dtype=float)
-    r = r[np.isfinite(r)]
-    p = r.size
-    if p < MIN_BLOCKS:
-        effect = float(r.mean()) if p else math.nan
-        return Decision("inconclusive", effect, math.nan, math.nan, math.nan, None,
-                        f"{p} mirrored block(s); a contrast needs >= {MIN_BLOCKS}")
-    sd = float(r.std(ddof=1))
-    effect = float(r.mean())
-    df = p - 1
-    se = sd / math.sqrt(p)
+    units = _units(r[np.isfinite(r)])
+    if isinstance(units, float):
+        return Decision("inconclusive", units, math.nan, math.nan, math.nan, None,
+                        f"{int(np.isfinite(r).sum())} mirrored block(s); a contrast needs >= {MIN_BLOCKS}")
+    effect, sd, se, df, p = units
     threshold = max(floor, margin + q(1 - alpha, df) * se)
     detectable = threshold + q(1 - beta, df) * se
     if effect > threshold:

@@ -18,14 +18,8 @@
 from __future__ import annotations
 
 import random
-import time
-from collections.abc import Callable
-from pathlib import Path
-
-import pytest
 
 from engine_fixtures.engine.build import EngineBuild
-from engine_fixtures.engine.factory import EngineFactory
 from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.engine.lint import check_caps
 from engine_fixtures.engine.proof import assert_arm
@@ -33,51 +27,19 @@ from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.profile.engine import ProfileSettings, explain_ab, explain_history
 from engine_fixtures.scenarios.engine import EngineScenario
-from engine_fixtures.scenarios.runs import SessionLoad, measure_ab, measure_history
+from engine_fixtures.scenarios.runs import measure_ab, measure_history
 from engine_fixtures.scenarios.timeline import Timeline
-from engine_fixtures.session import sections
+from engine_fixtures.session.gpu_runner import GpuRunner
 from engine_fixtures.session.params import apply_quota_setting
-from engine_fixtures.session.recorder import PerfRecorder, conclude
-from engine_fixtures.session.registry import ScenarioResults
+from engine_fixtures.session.recorder import conclude
 
 AB_MEM_FRACTION = 0.3  # two engines share one GPU during an A/B comparison
 
 
-class EngineScenarioRunner:
-    def __init__(self, request: pytest.FixtureRequest, factory: EngineFactory, recorder: PerfRecorder,
-                 results: ScenarioResults, model: Path, load: SessionLoad) -> None:
-        self.request = request
-        self.factory = factory
-        self.recorder = recorder
-        self.session = recorder.session
-        self.results = results
-        self.model = model
-        self.load = load
-
-    @property
-    def settings(self):  # type: ignore[no-untyped-def]
-        return self.session.settings
-
+class EngineScenarioRunner(GpuRunner):
     def spec(self, scenario: EngineScenario, build: EngineBuild, mem: float | None = None) -> EngineSpec:
         spec = scenario.spec(self.model, self.settings.gpus, build, mem, cpus=self.load.split.engine)
         return apply_quota_setting(spec, self.settings.cpu_quota, self.settings.sources["cpu_quota"])
-
-    def _sections(self, engine: EngineHandle) -> EngineHandle:
-        sections.add_on_failure(self.request.node, f"engine log (tail) {engine.spec.build.label} {engine.instance}",
-                                engine.log_tail)
-        return engine
-
-    def _engines(self, specs: list[EngineSpec], timeline: Timeline) -> tuple[EngineHandle, ...]:
-        """Ready engines for ``specs`` (started together when new); their starts and quota changes are timed."""
-        started, changes, t0 = self.factory.started, self.factory.quota_changes, time.monotonic()
-        engines = self.factory.get_many(specs) if len(specs) > 1 else (self.factory.get(specs[0]),)
-        t1 = time.monotonic()
-        names = ", ".join(e.instance for e in engines)
-        if self.factory.started > started:
-            timeline.add("engine", f"start {names}", t0, t1, names)
-        elif self.factory.quota_changes > changes:
-            timeline.add("quota", f"quota -> {specs[0].cpu_quota} on {names}", t0, t1, names)
-        return tuple(self._sections(e) for e in engines)
 
     def __call__(self, scenario: EngineScenario) -> list[Verdict]:
         __tracebackhide__ = True
@@ -85,7 +47,7 @@ class EngineScenarioRunner:
             return self.ab(scenario)
         timeline = Timeline()
         self.load.stream.prepare(scenario.workload())  # the client encodes the images while the engine starts
-        (engine,) = self._engines([self.spec(scenario, self.settings.candidate)], timeline)
+        (engine,) = self.engines([self.spec(scenario, self.settings.candidate)], timeline)
         if scenario.lint:
             check_caps(engine.config, scenario.concurrency)  # a hidden cap would make every number meaningless
         # The stopping rule judges with the floor the final verdict uses (the marker's, else the session's).
@@ -96,19 +58,13 @@ class EngineScenarioRunner:
         self._timeline(scenario, timeline)
         statuses = [v.status for v in self.recorder.verdicts(result)]
         explain_history(self.session.profiles, [result.scenario], statuses, self._profile_settings(engine),
-                        (engine.pids(), self._drive(engine, scenario)), self.session.store.path_for(result.scenario))
+                        (engine.pids(), self.drive(lambda: engine.url, scenario.workload())),
+                        self.session.store.path_for(result.scenario))
         self.results.put(scenario.id, result)
         return self.recorder(result)
 
     def _profile_settings(self, engine: EngineHandle) -> ProfileSettings:
         return ProfileSettings.from_settings(self.settings, engine.workdir / "profiles")
-
-    def _drive(self, engine: EngineHandle, scenario: EngineScenario) -> Callable[[float], int]:
-        """Load for a profile window (after the verdicts, never measured): the requests completed in it."""
-        def drive(seconds: float) -> int:
-            seg = self.load.stream.segment(engine.url, scenario.workload(), self.settings.warmup_s, seconds)
-            return len(seg.completed_in(seg.measure_at, seg.stop_at))
-        return drive
 
     def _timeline(self, scenario: EngineScenario, timeline: Timeline) -> None:
         self.request.node.add_report_section("call", "perf timeline", f"{scenario.id}: {timeline.describe()}")
@@ -137,7 +93,7 @@ class EngineScenarioRunner:
             specs = [ref_spec.with_(name=f"{ref_spec.name}-ref{i}"), cand_spec.with_(name=f"{cand_spec.name}-cand{i}")]
             random.shuffle(specs)  # neither build always gets the first work directory, port or cgroup
             started.extend(specs)
-            engines = self._engines(specs, timeline)
+            engines = self.engines(specs, timeline)
             for engine in engines:
                 if scenario.lint:
                     check_caps(engine.config, scenario.concurrency)
@@ -149,8 +105,8 @@ class EngineScenarioRunner:
         cand, ref = (self.factory.get(s) for s in sorted(started, key=lambda s: "-ref" in s.name))
         where = explain_ab(self.session.profiles, [outcome.candidate.scenario],
                            [v.status for v in outcome.verdicts], self._profile_settings(cand),
-                           candidate=(cand.pids(), self._drive(cand, scenario)),
-                           reference=(ref.pids(), self._drive(ref, scenario)))
+                           candidate=(cand.pids(), self.drive(lambda: cand.url, scenario.workload())),
+                           reference=(ref.pids(), self.drive(lambda: ref.url, scenario.workload())))
         release_pair()
         self._timeline(scenario, timeline)
         self.results.put(scenario.id, outcome.candidate)

@@ -20,17 +20,12 @@ in strict mode.
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from engine_fixtures.engine import proof as arm_proof
 from engine_fixtures.engine.build import with_patch
-from engine_fixtures.engine.factory import EngineFactory
 from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.engine.lint import check_caps
 from engine_fixtures.engine.proof import ArmProof
@@ -49,20 +44,18 @@ from engine_fixtures.scenarios.live_runs import (
     measure_live,
     open_cells,
 )
-from engine_fixtures.scenarios.runs import FIRST_WARMUP_FACTOR, SessionLoad, engine_result
+from engine_fixtures.scenarios.runs import FIRST_WARMUP_FACTOR, engine_result
 from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
-from engine_fixtures.session import sections
+from engine_fixtures.session.gpu_runner import GpuRunner
 from engine_fixtures.session.params import apply_quota_setting
 from engine_fixtures.session.recorder import (
     InvariantJudge,
-    PerfRecorder,
     _inconclusive,
     _where,
     conclude,
     session_verdicts,
 )
-from engine_fixtures.session.registry import ScenarioResults
 from engine_fixtures.store.baselines import Baseline
 from engine_fixtures.store.results import RunResult
 
@@ -76,21 +69,7 @@ def live_budget(repeats: int, max_repeats: int) -> Budget:
     return Budget(repeats, max(repeats, 1), max(repeats, min(max_repeats, 2 * repeats)))
 
 
-class LiveGroupRunner:
-    def __init__(self, request: pytest.FixtureRequest, factory: EngineFactory, recorder: PerfRecorder,
-                 results: ScenarioResults, model: Path, load: SessionLoad) -> None:
-        self.request = request
-        self.factory = factory
-        self.recorder = recorder
-        self.session = recorder.session
-        self.results = results
-        self.model = model
-        self.load = load
-
-    @property
-    def settings(self):  # type: ignore[no-untyped-def]
-        return self.session.settings
-
+class LiveGroupRunner(GpuRunner):
     # ------------------------------------------------------------------ the tests' calls
     def check(self, group: LiveGroup, contrast: Contrast | str) -> list[Verdict]:
         __tracebackhide__ = True
@@ -194,14 +173,7 @@ class LiveGroupRunner:
         return apply_quota_setting(spec, self.settings.cpu_quota, self.settings.sources["cpu_quota"])
 
     def _engine(self, spec: EngineSpec, timeline: Timeline) -> EngineHandle:
-        started, changes, t0 = self.factory.started, self.factory.quota_changes, time.monotonic()
-        engine = self.factory.get(spec)
-        if self.factory.started > started:
-            timeline.add("engine", f"start {engine.instance}", t0, time.monotonic(), engine.instance)
-        elif self.factory.quota_changes > changes:
-            timeline.add("quota", f"quota -> {spec.cpu_quota} on {engine.instance}", t0, time.monotonic(),
-                         engine.instance)
-        sections.add_on_failure(self.request.node, f"engine log (tail) {engine.instance}", engine.log_tail)
+        (engine,) = self.engines([spec], timeline)
         return engine
 
     def _profile(self, group: LiveGroup, run: LiveRun, switch: Callable[[Arm], EngineHandle],
@@ -213,16 +185,10 @@ class LiveGroupRunner:
             engine = switch(group.arm(contrast.candidate))
             ps = ProfileSettings.from_settings(self.settings, engine.workdir / "profiles" / contrast.id)
             explain_ab(self.session.profiles, [f"live/{group.id}: {contrast.label}"], [v.status for v in verdicts], ps,
-                       candidate=(engine.pids(), self._drive(group.arm(contrast.candidate), switch, workload)),
-                       reference=(engine.pids(), self._drive(group.arm(contrast.reference), switch, workload)))
-
-    def _drive(self, arm: Arm, switch: Callable[[Arm], EngineHandle], workload: Any) -> Callable[[float], int]:
-        """Load on ``arm`` for a profile window (never measured): the requests completed in it."""
-        def drive(seconds: float) -> int:
-            engine = switch(arm)
-            seg = self.load.stream.segment(engine.url, workload, self.settings.warmup_s, seconds)
-            return len(seg.completed_in(seg.measure_at, seg.stop_at))
-        return drive
+                       candidate=(engine.pids(), self.drive(lambda c=contrast: switch(group.arm(c.candidate)).url,
+                                                            workload)),
+                       reference=(engine.pids(), self.drive(lambda c=contrast: switch(group.arm(c.reference)).url,
+                                                            workload)))
 
     def _store(self, group: LiveGroup, run: LiveRun, engine: EngineHandle, launch: EngineSpec,
                timeline: Timeline, requests: dict[str, list[dict[str, Any]]]) -> None:
