@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import statistics
 import time
 
 import aiohttp
@@ -84,9 +83,11 @@ def test_a_live_copy_arm_is_proved_per_window_and_costs_what_the_stub_documents(
         other = TORCH if arm == BUFFER else BUFFER
         assert live_arm_problems(engine.spec, other, before, after) != []
         assert after.since(before, f"seq.{engine.arm_seq}.shm_copies_{arm.copy}", "http_server") == 8
-        medians[arm.copy].append(statistics.median(ttft))
-    gap = statistics.mean(medians["torch"]) - statistics.mean(medians["buffer"])
-    assert gap > 0.5 * TORCH_MS, f"torch's median TTFT is {gap:.1f} ms above buffer's; the stub adds {TORCH_MS} ms"
+        medians[arm.copy].extend(ttft)
+    # The fastest request of each arm: a loaded box only ever adds time, so the minimum is where the stub's fixed
+    # cost shows whatever else runs (a mean of medians read 12.8 ms of 40 under a loaded CI run).
+    gap = min(medians["torch"]) - min(medians["buffer"])
+    assert gap > 0.5 * TORCH_MS, f"torch's fastest TTFT is {gap:.1f} ms above buffer's; the stub adds {TORCH_MS} ms"
     assert after.since(before, "copies_threads.1") == 0  # buffer runs at the launch count again
 
 

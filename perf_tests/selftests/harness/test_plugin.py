@@ -37,7 +37,7 @@ def test_unknown_marker_keyword_is_a_usage_error(pytester: pytest.Pytester) -> N
     pytester.makepyfile("import pytest\n\n@pytest.mark.perf(repeats=3)\ndef test_x():\n    pass\n")
     result = pytester.runpytest_subprocess()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*perf mark can't have 'repeats' keyword argument (accepted: floor, new)*"])
+    result.stderr.fnmatch_lines(["*perf mark can't have 'repeats' keyword argument (accepted: floor)*"])
 
 
 def test_quota_tests_skip_with_the_reason_when_quotas_are_off(pytester: pytest.Pytester) -> None:
