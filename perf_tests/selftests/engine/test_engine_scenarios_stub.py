@@ -58,7 +58,14 @@ def test_three_runs_pool_then_judge_and_an_ab_run_is_never_pooled(suite: pytest.
     assert all(len(json.loads(p.read_text())["runs"]) == 3 for p in pools)
     r = run(suite)
     outcomes = r.parseoutcomes()
-    assert outcomes.get("passed", 0) + outcomes.get("skipped", 0) == 3, r.stdout.str()[-3000:]
+    # Judged against the 3-run pool: every row reads it. Whether a clean run of two fresh stub engines passes is a
+    # false-alarm rate (2 cores shared by the stub, its client and pytest; a 3-run pool's between-run spread is a
+    # rough estimate), measured by test_simulations and docs/results/judging-simulations.md, not asserted here: a
+    # CI run read the torch stub -33 % req/s against its own pool. A failure must be a verdict, never an error.
+    assert outcomes.get("errors", 0) == 0, r.stdout.str()[-3000:]
+    assert sum(outcomes.get(k, 0) for k in ("passed", "skipped", "failed")) == 3, r.stdout.str()[-3000:]
+    if outcomes.get("failed", 0):
+        r.stdout.fnmatch_lines(["*PerformanceRegression: performance regression in engine/*"])
     r.stdout.fnmatch_lines(["*engine/transport=cpu/tp=1/pp=1/copy=buffer/model=qwen-tiny/c=4*requests_per_s*3 runs*"])
 
     # one engine pair (instance pairs have their own test in test_engine_runs_stub.py; three cost CI 35 s here)
