@@ -71,6 +71,7 @@ class Contrast:
     bound: float = 1.0
     metrics: tuple[str, ...] = FAMILIES
     why: str = ""
+    report: tuple[str, ...] = ()  # measured and shown with their interval, never gating (say why in ``why``)
 
     @property
     def id(self) -> str:

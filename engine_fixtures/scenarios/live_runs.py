@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from engine_fixtures.judge.blocks import effects_by_block, mirrored, visits
 from engine_fixtures.judge.metrics import is_known, metric
 from engine_fixtures.judge.paired import judge_contrast
+from engine_fixtures.judge.rows import as_diagnostic
 from engine_fixtures.judge.sequential import Budget, Progress, measure_until_decided
 from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.scenarios.live import Arm, Contrast, LiveGroup
@@ -103,8 +104,10 @@ def contrast_verdicts(group: LiveGroup, contrast: Contrast, windows: ArmWindows,
         ref, ref_b = metric_blocks(ref_w, name)
         cand, cand_b = metric_blocks(cand_w, name)
         effects = effects_by_block(name, ref, ref_b, cand, cand_b)
-        out.append(judge_contrast(label, name, ref, cand, effects, bound=contrast.bound, budget=budget, alpha=alpha,
-                                  floor=floor, family=len(names)))
+        v = judge_contrast(label, name, ref, cand, effects, bound=contrast.bound, budget=budget, alpha=alpha,
+                           floor=floor, family=len([n for n in names if n not in contrast.report]))
+        out.append(as_diagnostic(v, f"declared report-only for this contrast: {contrast.why}")
+                   if name in contrast.report else v)
     return out
 
 

@@ -4,13 +4,15 @@
 bound)``. The first call of a session measures the group, once:
 1. starts (or reuses) the group's one engine (``--perf-candidate`` build; quota, GPUs and CPU set of this machine)
    and lints its effective configuration for hidden caps;
-2. measures mirrored blocks of visits until every contrast of the group is decided (``scenarios.live_runs``); a
+2. loads a fresh engine until one probe segment completes a full concurrency of requests (its first requests
+   compile kernels: never inside a measured window);
+3. measures mirrored blocks of visits until every contrast of the group is decided (``scenarios.live_runs``); a
    visit sets the arm's quota on the live cgroup, switches the plugin's live arm (``EngineHandle.set_arm``, proved by
    every engine process), runs one segment and refuses its windows unless the segment's proof counters say the arm
    served them (``engine.proof.live_arm_problems``): a window whose proof disagrees is an error, not a measurement;
-3. when a contrast's verdict asks for it (``--perf-profile``), profiles the two arms on the same engine, candidate
+4. when a contrast's verdict asks for it (``--perf-profile``), profiles the two arms on the same engine, candidate
    then reference, and keeps the differential by function for the failure message and the report;
-4. records every arm's windows as a result of its own (judged against this host's pool, if one exists) and stores
+5. records every arm's windows as a result of its own (judged against this host's pool, if one exists) and stores
    them in the session registry.
 ``check`` judges one contrast from the stored windows and ends the test: a violated family raises
 ``InvariantViolated`` (known upstream regressions are strict xfails on it), an undecided one is ``Inconclusive``
@@ -20,6 +22,7 @@ in strict mode.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -59,7 +62,8 @@ from engine_fixtures.session.recorder import (
 from engine_fixtures.store.baselines import Baseline
 from engine_fixtures.store.results import RunResult
 
-PROFILED = "profiled"  # ScenarioResults set of a group: the contrasts already profiled
+FIRST_LIGHT_S = 5.0  # one probe segment of load on a fresh engine
+FIRST_LIGHT_DEADLINE_S = 180.0  # a fresh engine that cannot complete a full concurrency by then is an error
 
 
 def live_budget(repeats: int, max_repeats: int) -> Budget:
@@ -124,6 +128,7 @@ class LiveGroupRunner(GpuRunner):
         engine = self._engine(launch, timeline)
         if group.engine.lint:
             check_caps(engine.config, group.engine.concurrency)
+        self._first_light(engine, workload, timeline)
         state = {"engine": engine}
         requests: dict[str, list[dict[str, Any]]] = {}  # per arm, the requests behind each window (in order)
 
@@ -163,6 +168,27 @@ class LiveGroupRunner(GpuRunner):
         self.request.node.add_report_section("call", "perf timeline", f"{group.id}: {timeline.describe()}")
         self.results.put_set(f"live:{group.id}", {"run": run})  # type: ignore[dict-item]
         return run
+
+    def _first_light(self, engine: EngineHandle, workload: Any, timeline: Timeline) -> None:
+        """Load a fresh engine until one probe segment completes as many requests as the concurrency: its first
+        requests compile kernels, which on a fresh machine takes seconds (a cuda_ipc engine on a fresh H200 served
+        nothing in its first 6 s, 2026-12-02), and no measured window may meet that. A condition with a deadline,
+        never a fixed wait; an engine that completes nothing by then is a MeasurementError."""
+        if engine.instance in self.load.warmed:
+            return
+        deadline = time.monotonic() + FIRST_LIGHT_DEADLINE_S
+        with timeline.span("warmup", f"first light of {engine.instance}", engine.instance):
+            while True:
+                seg = self.load.stream.segment(engine.url, workload, 0.0, FIRST_LIGHT_S)
+                done = len(seg.completed_in(seg.measure_at, seg.stop_at))
+                if done >= workload.concurrency:
+                    break
+                engine.ensure_alive()
+                if time.monotonic() > deadline:
+                    raise MeasurementError(f"engine {engine.instance} completed {done} of {workload.concurrency} "
+                                           f"requests in {FIRST_LIGHT_S:g} s after {FIRST_LIGHT_DEADLINE_S:g} s of "
+                                           f"load: it never came up to speed; see {engine.log_path}")
+        self.load.warmed.add(engine.instance)
 
     def _launch(self, group: LiveGroup) -> EngineSpec:
         """The group's one launch; the named patches its arms switch are installed at 0 ms (the plugin can only change

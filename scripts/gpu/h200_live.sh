@@ -9,6 +9,7 @@
 #              (perf_tests/sglang/gpu_studies/test_live_vs_separate.py)
 #   agree      scripts/gpu/live_vs_separate.py over the last separate run
 #   gate       the live patch gate study (perf_tests/sglang/gpu_studies/test_live_gate.py)
+#   (EXTRA_ARGS: more pytest arguments for the default step, e.g. a smaller block budget)
 #   cv         the within-run CV of req/s, counted vs continuous, over the default run's windows
 # Everything lands in $OUT/live.tgz: logs, results JSON, summaries, reports. Pools are never written here.
 set -uo pipefail
@@ -33,7 +34,7 @@ export PYTHONPATH=$PLUG:$SITE:$ROOT HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTH
 log "ready: $(tr '\n' ' ' < "$WORK/logs/machine-$T0.txt")"
 # The device runs each command in a cgroup v2 leaf without the cpu controller: sandboxes go under the root,
 # accepted explicitly with --perf-cgroup-parent.
-PYTEST=(python3 -m pytest -p no:cacheprovider -rA --perf-require-gpu 1 --perf-engine-timeout 420
+PYTEST=(python3 -m pytest -p engine_fixtures.plugin -p engine_fixtures.fixtures -p no:cacheprovider -rA --perf-require-gpu 1 --perf-engine-timeout 420
         --perf-cgroup-parent "${PERF_CGROUP_PARENT:-/sys/fs/cgroup}" --perf-baseline-dir "$WORK/baselines")
 run() {  # run NAME GUARD_S PYTEST_ARGS...: one pytest session, timed, into $WORK/NAME-<n>
   local name=$1 guard=$2; shift 2
@@ -55,7 +56,7 @@ run() {  # run NAME GUARD_S PYTEST_ARGS...: one pytest session, timed, into $WOR
 last() { ls -d "$WORK/$1"-* 2>/dev/null | sort -V | tail -1; }
 for step in "$@"; do
   case "$step" in
-    default) run default 420 perf_tests/sglang/gpu_tier -m "gpu_tier or gpu" ;;
+    default) run default 300 perf_tests/sglang/gpu_tier -m "gpu_tier or gpu" ${EXTRA_ARGS:-} ;;
     separate) run separate 300 perf_tests/sglang/gpu_studies/test_live_vs_separate.py --perf-repeats 10 \
                 --perf-max-repeats 10 ;;
     gate) run gate 300 perf_tests/sglang/gpu_studies/test_live_gate.py -s --perf-profile off ;;
