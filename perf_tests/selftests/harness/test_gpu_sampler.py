@@ -1,0 +1,157 @@
+"""The GPU sampler: against the real NVML (or its real absence) and a busy GPU, and its per-window cut of
+utilisation, clocks and power against a fake NVML module."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pynvml
+import pytest
+
+import engine_fixtures.nvml
+import engine_fixtures.sampling.gpu
+from engine_fixtures.judge.metrics import metric
+from engine_fixtures.nvml import GpuInfo, _cuda_visible, gpu_inventory, nvml_reason
+from engine_fixtures.sampling.base import Sampler, SamplerSet
+from engine_fixtures.sampling.cpu import CpuSampler
+from engine_fixtures.sampling.gpu import GpuSampler
+from perf_tests.selftests.harness.children import IDLE, READY, Spawn, hold
+
+
+def test_unavailable_sampler_is_skipped_with_its_reason(spawn: Spawn) -> None:
+    idle = spawn(IDLE)
+    gpu = GpuSampler([10**6])  # no machine has a millionth GPU
+    cpu = CpuSampler(lambda: {"idle": [idle.pid]}, interval_s=0.05)
+    assert isinstance(cpu, Sampler)
+    assert isinstance(gpu, Sampler)
+    with SamplerSet([cpu, gpu]) as samplers:
+        hold(cpu, 2)
+    reason = samplers.unavailable["gpu"]
+    assert reason.startswith(("NVML not available", "GPU indices [1000000] requested"))
+    assert samplers.active == (cpu,)
+    assert not any(k.startswith("gpu.") for k in samplers.summary())
+
+
+@pytest.mark.skipif(nvml_reason() is None, reason="NVML is present here; this checks the no-driver path")
+def test_gpu_sampler_states_why_it_is_unavailable() -> None:
+    expected = ("NVML not available: libnvidia-ml.so.1 not found (NVIDIA driver not installed); "
+                "GPU metrics are not collected")
+    assert GpuSampler([0]).available() == expected
+    assert gpu_inventory() == expected
+
+
+def test_cuda_visible_devices_filters_the_inventory() -> None:
+    infos = [GpuInfo(i, "NVIDIA H200", 143771.0, "570.1", f"GPU-{i}aaa") for i in range(4)]
+    assert _cuda_visible(infos, None) == infos
+    assert _cuda_visible(infos, "") == []
+    assert [g.index for g in _cuda_visible(infos, "2,0")] == [2, 0]
+    assert [g.index for g in _cuda_visible(infos, "GPU-3,9,1")] == [3]  # CUDA stops at an invalid entry
+
+
+@pytest.mark.gpu(1)
+def test_gpu_sampler_sees_a_busy_gpu_and_its_process(spawn: Spawn) -> None:
+    load = ("import torch\n"
+            "x = torch.randn(8192, 8192, device='cuda')\n"
+            "torch.cuda.synchronize()\n" + READY +
+            "while True: x = (x @ x).clamp_(-1, 1)\n")
+    child = spawn(load)
+    gpu = GpuSampler([0], pids_fn=lambda: {"load": [child.pid]}, interval_s=0.1)
+    with gpu:
+        hold(gpu, 15)
+    s = gpu.summary()
+    assert s["gpu.util.p50"] > 50
+    assert s["gpu.mem_used_mib.max"] > 256  # the 256 MiB tensor plus the CUDA context
+    assert s["gpu.sm_clock_mhz.mean"] > 0
+    if "gpu.proc_mem_mib.load" in s:
+        assert s["gpu.proc_mem_mib.load"] > 256
+    else:
+        assert gpu.proc_mem_unavailable, "no per-process memory and no reason why"
+
+
+class FakeNvml:
+    """Two GPUs through the NVML calls the GPU sampler makes. Every reading up to ``switch_after`` reads the
+    first values and every later one the second (SM clock per GPU, power per GPU, memory clock on both), so a
+    cut before and after the switch must see each level alone. ``power`` False: NVML_ERROR_NOT_SUPPORTED."""
+
+    NVMLError = pynvml.NVMLError
+    NVMLError_NotSupported = pynvml.NVMLError_NotSupported
+    NVML_CLOCK_SM = pynvml.NVML_CLOCK_SM
+    NVML_CLOCK_MEM = pynvml.NVML_CLOCK_MEM
+    SM = ((1980.0, 1500.0), (1200.0, 1000.0))
+    MEM = (3201.0, 2619.0)
+    POWER_MW = ((700_000, 500_000), (300_000, 200_000))
+
+    def __init__(self, switch_after: int, power: bool = True) -> None:
+        self.switch_after = switch_after
+        self.power = power
+        self.readings = 0
+
+    def _phase(self) -> int:
+        return 0 if self.readings <= self.switch_after else 1
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
+        if h == 0:
+            self.readings += 1  # one reading of both GPUs starts with GPU 0's utilisation
+        return SimpleNamespace(gpu=40.0)
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(used=1024 * 1024 * 1024, total=141 * 1024**3)
+
+    def nvmlDeviceGetClockInfo(self, h: int, kind: int) -> int:
+        return int(self.SM[self._phase()][h] if kind == pynvml.NVML_CLOCK_SM else self.MEM[self._phase()])
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
+        if not self.power:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return self.POWER_MW[self._phase()][h]
+
+
+def fake_nvml(monkeypatch: pytest.MonkeyPatch, fake: FakeNvml) -> None:
+    monkeypatch.setattr(engine_fixtures.sampling.gpu, "pynvml", fake)
+    monkeypatch.setattr(engine_fixtures.nvml, "pynvml", fake)
+
+
+def test_gpu_clocks_and_power_are_cut_per_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNvml(switch_after=4)
+    fake_nvml(monkeypatch, fake)
+    gpu = GpuSampler([0, 1], interval_s=0.01)
+    assert gpu.available() is None
+    with gpu:
+        hold(gpu, 9)
+    times = gpu.util.times
+    assert len(times) == fake.readings >= 10
+    first, second = gpu.cut(times[0], times[4]), gpu.cut(times[4], times[-1] + 1.0)
+    assert first["gpu.sm_clock_mhz.mean"] == pytest.approx(1740.0)  # (1980 + 1500) / 2, readings 1-4
+    assert first["gpu.mem_clock_mhz.mean"] == pytest.approx(3201.0)
+    assert first["gpu.power_w.mean"] == pytest.approx(600.0)  # (700 + 500) W / 2
+    assert second["gpu.sm_clock_mhz.mean"] == pytest.approx(1100.0)  # a throttled window reads as one
+    assert second["gpu.mem_clock_mhz.mean"] == pytest.approx(2619.0)
+    assert second["gpu.power_w.mean"] == pytest.approx(250.0)
+    assert first["gpu.util.mean"] == second["gpu.util.mean"] == pytest.approx(40.0)
+    assert gpu.summary()["gpu.mem_clock_mhz.mean"] == pytest.approx((4 * 3201.0 + (len(times) - 4) * 2619.0)
+                                                                     / len(times))
+    for name in ("gpu_sm_clock_mhz_mean", "gpu_mem_clock_mhz_mean", "gpu_power_w_mean"):
+        assert not metric(name).judged  # telemetry: report-only rows, never a gate
+
+
+def test_gpu_power_is_absent_where_nvml_does_not_report_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_nvml(monkeypatch, FakeNvml(switch_after=100, power=False))
+    gpu = GpuSampler([0, 1], interval_s=0.01)
+    with gpu:
+        hold(gpu, 3)
+    cut = gpu.cut(gpu.util.times[0], gpu.util.times[-1] + 1.0)
+    assert "gpu.power_w.mean" not in cut
+    assert "gpu.power_w.mean" not in gpu.summary()
+    assert cut["gpu.sm_clock_mhz.mean"] == pytest.approx(1740.0)
