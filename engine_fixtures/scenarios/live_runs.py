@@ -8,8 +8,7 @@ really served it, and returns the windows' values. Blocks are added, ``budget.st
 ``undecided(windows, alpha)`` names an open contrast cell, up to ``budget.maximum`` blocks.
 
 ``arm_windows`` are ``(block, values)`` per arm, in the order measured; ``contrast_verdicts`` judges one contrast
-from them (per-block effects, ``judge.paired.judge_contrast``); ``arm_samples`` turns one arm's windows into the
-samples and the ``window_block`` labels of its ``RunResult``.
+from them (per-block effects, ``judge.paired.judge_contrast``).
 """
 
 from __future__ import annotations
@@ -77,13 +76,6 @@ def measure_live(group: LiveGroup, budget: Budget, visit: Visit,
     progress = measure_until_decided(budget, measure, lambda a: undecided(windows, a))
     return LiveRun(tuple(order), {k: tuple(v) for k, v in windows.items()}, {k: tuple(v) for k, v in seen.items()},
                    progress, budget.alpha_per_look(), budget.maximum)
-
-
-def arm_samples(windows: Sequence[Window]) -> tuple[dict[str, tuple[float, ...]], list[int]]:
-    """One arm's samples per metric (windows in the order measured) and the block of each window. A metric missing
-    from some windows keeps only the windows that have it, so its blocks are read from ``metric_blocks``."""
-    names = sorted({k for _, w in windows for k in w})
-    return {n: tuple(w[n] for _, w in windows if n in w) for n in names}, [b for b, _ in windows]
 
 
 def metric_blocks(windows: Sequence[Window], name: str) -> tuple[list[float], list[int]]:

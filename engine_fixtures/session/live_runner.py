@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine_fixtures.engine import proof as arm_proof
@@ -42,12 +42,11 @@ from engine_fixtures.scenarios.live_runs import (
     BLOCK_KEY,
     VISIT_KEY,
     LiveRun,
-    arm_samples,
     contrast_verdicts,
     measure_live,
     open_cells,
 )
-from engine_fixtures.scenarios.runs import FIRST_WARMUP_FACTOR, engine_result
+from engine_fixtures.scenarios.runs import engine_result
 from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.session.gpu_runner import GpuRunner
@@ -60,10 +59,19 @@ from engine_fixtures.session.recorder import (
     session_verdicts,
 )
 from engine_fixtures.store.baselines import Baseline
-from engine_fixtures.store.results import RunResult
 
 FIRST_LIGHT_S = 5.0  # one probe segment of load on a fresh engine
 FIRST_LIGHT_DEADLINE_S = 180.0  # a fresh engine that cannot complete a full concurrency by then is an error
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A live group measured once per session: its blocks, each arm's verdicts against this host's pool, and the
+    floor they were judged with."""
+
+    run: LiveRun
+    pools: Mapping[str, list[Verdict]]
+    floor: float | None
 
 
 def live_budget(repeats: int, max_repeats: int) -> Budget:
@@ -86,6 +94,9 @@ class LiveGroupRunner(GpuRunner):
             self.session.record_invariant(self.request.node.nodeid, scenario, v)
         self.recorder.sections_for(scenario, {}, verdicts, f"contrast on one live engine ({run.blocks} blocks)")
         where = _where(self.session.profiles.failure_text([scenario]))
+        if not any(v.is_verdict for v in verdicts):
+            raise MeasurementError(f"contrast {contrast.label}: no gating metric family was measured on both arms "
+                                   f"(rows: {', '.join(f'{v.metric} {v.status}' for v in verdicts) or 'none'})")
         violated = [v for v in verdicts if v.status == "regression"]
         if violated:
             lines = "\n".join(f"  {v.message}" for v in violated)
@@ -94,16 +105,17 @@ class LiveGroupRunner(GpuRunner):
         if undecided:
             _inconclusive(self.settings.strict, f"contrast {contrast.label}:\n" +
                           "\n".join(f"  {v.message}" for v in undecided) + where)
-        if not verdicts:
-            raise MeasurementError(f"contrast {contrast.label}: no metric family was measured on both arms")
         return verdicts
 
     def arm(self, group: LiveGroup, name: str) -> list[Verdict]:
         """Arm ``name`` against this host's pool (drift over time on one runner); ``no-baseline`` on a fresh host."""
         __tracebackhide__ = True
         self.measure(group)
+        group.arm(name)  # a ConfigError naming the group's arms
         result = self.results.get(f"{group.id}/{name}")
-        verdicts = session_verdicts(self.session, result, floor=self.recorder.floor)
+        measured: Measured = self.results.live(group.id)
+        verdicts = (measured.pools[name] if measured.floor == self.recorder.floor
+                    else session_verdicts(self.session, result, floor=self.recorder.floor))  # this test's floor
         base = self.session.store.load(result.scenario)
         missing = None if isinstance(base, Baseline) else getattr(base, "reason", None)
         self.recorder.sections_for(result.scenario, result.arm, verdicts, "this host's pool")
@@ -118,9 +130,9 @@ class LiveGroupRunner(GpuRunner):
 
     # ------------------------------------------------------------------ measuring, once per session
     def measure(self, group: LiveGroup) -> LiveRun:
-        cached = self.results.cached_set(f"live:{group.id}")
+        cached = self.results.live(group.id)
         if cached is not None:
-            return cached["run"]  # type: ignore[return-value]
+            return cached.run
         timeline = Timeline()
         workload = group.engine.workload()
         self.load.stream.prepare(workload)  # the client encodes the images while the engine starts
@@ -141,10 +153,8 @@ class LiveGroupRunner(GpuRunner):
             return state["engine"]
 
         def visit(arm: Arm, n: int) -> list[dict[str, float]]:
-            eng = switch(arm)
-            first = eng.instance not in self.load.warmed
-            warmup = self.settings.warmup_s * (FIRST_WARMUP_FACTOR if first else 1.0)
-            plan = SegmentPlan(workload, n, self.settings.window_s, warmup, self.settings.sample_hz)
+            eng = switch(arm)  # the first light warmed the engine: every visit warms up after its switch alike
+            plan = SegmentPlan(workload, n, self.settings.window_s, self.settings.warmup_s, self.settings.sample_hz)
 
             def proved(before: ArmProof, after: ArmProof) -> None:
                 problems = arm_proof.live_arm_problems(eng.spec, arm.live(), before, after)
@@ -152,21 +162,19 @@ class LiveGroupRunner(GpuRunner):
                     raise MeasurementError(f"arm {arm.name} ({arm.live().label}) did not serve its visit as "
                                            f"requested, so its windows are not measurements: {'; '.join(problems)}")
 
-            out = measure_segment(eng, self.load.stream, plan, timeline, eng.instance, check=proved,
-                                  requests=requests.setdefault(arm.name, []))
-            self.load.warmed.add(eng.instance)
-            return out
+            return measure_segment(eng, self.load.stream, plan, timeline, eng.instance, check=proved,
+                                   requests=requests.setdefault(arm.name, []))
 
         budget = live_budget(self.settings.repeats, self.settings.max_repeats)
         run = measure_live(group, budget, visit,
                            lambda w, a: open_cells(group, w, budget=budget.maximum, alpha=a,
                                                    floor=self.recorder.floor),
                            random.Random())
-        self._profile(group, run, switch, workload)
+        self._profile(group, run, switch, workload, state["engine"])
         timeline.close()
-        self._store(group, run, engine, launch, timeline, requests)
+        pools = self._store(group, run, engine, launch, timeline, requests)
         self.request.node.add_report_section("call", "perf timeline", f"{group.id}: {timeline.describe()}")
-        self.results.put_set(f"live:{group.id}", {"run": run})  # type: ignore[dict-item]
+        self.results.put_live(group.id, Measured(run, pools, self.recorder.floor))
         return run
 
     def _first_light(self, engine: EngineHandle, workload: Any, timeline: Timeline) -> None:
@@ -203,26 +211,29 @@ class LiveGroupRunner(GpuRunner):
         return engine
 
     def _profile(self, group: LiveGroup, run: LiveRun, switch: Callable[[Arm], EngineHandle],
-                 workload: Any) -> None:
+                 workload: Any, engine: EngineHandle) -> None:
         """The differential profile of each contrast whose verdicts ask for one, arm against arm on this engine."""
         for contrast in group.contrasts:
             verdicts = contrast_verdicts(group, contrast, run.windows, budget=run.budget_blocks,
                                          alpha=run.alpha_per_look, floor=self.recorder.floor)
-            engine = switch(group.arm(contrast.candidate))
             ps = ProfileSettings.from_settings(self.settings, engine.workdir / "profiles" / contrast.id)
-            explain_ab(self.session.profiles, [f"live/{group.id}: {contrast.label}"], [v.status for v in verdicts], ps,
+            statuses = [v.status for v in verdicts]
+            if not ps.wanted(statuses):
+                continue
+            explain_ab(self.session.profiles, [f"live/{group.id}: {contrast.label}"], statuses, ps,
                        candidate=(engine.pids(), self.drive(lambda c=contrast: switch(group.arm(c.candidate)).url,
                                                             workload)),
                        reference=(engine.pids(), self.drive(lambda c=contrast: switch(group.arm(c.reference)).url,
                                                             workload)))
 
     def _store(self, group: LiveGroup, run: LiveRun, engine: EngineHandle, launch: EngineSpec,
-               timeline: Timeline, requests: dict[str, list[dict[str, Any]]]) -> None:
-        """Every arm's windows as its own result: in the registry, and recorded with its pool verdicts."""
-        by_arm: dict[str, RunResult] = {}
+               timeline: Timeline, requests: dict[str, list[dict[str, Any]]]) -> dict[str, list[Verdict]]:
+        """Every arm's windows as its own result: in the registry, and recorded with its verdicts against this host's
+        pool (returned by arm name, for ``arm``)."""
+        pools: dict[str, list[Verdict]] = {}
         for arm in group.arms:
             windows = run.windows[arm.name]
-            samples, blocks = arm_samples(windows)
+            blocks = [b for b, _ in windows]
             cores = self.settings.cpu_quota.applied(arm.cores(launch.cpu_quota))
             key = LiveGroup.key(launch, group.engine, arm, cores)
             meta = {BLOCK_KEY: blocks, VISIT_KEY: [list(v) for v in run.visits[arm.name]], "live_group": group.id,
@@ -233,13 +244,12 @@ class LiveGroupRunner(GpuRunner):
             result = engine_result(engine, group.engine, [w for _, w in windows], self.settings, meta,
                                    timeline=timeline, key=key, arm={**launch.with_(cpu_quota=cores).arm,
                                                                     **_live_axes(arm, launch)})
-            assert result.samples.keys() == samples.keys()
-            by_arm[arm.name] = result
             self.results.put(f"{group.id}/{arm.name}", result)
-            verdicts = session_verdicts(self.session, result, floor=self.recorder.floor)
+            pools[arm.name] = session_verdicts(self.session, result, floor=self.recorder.floor)
             base = self.session.store.load(result.scenario)
-            self.session.record(self.request.node.nodeid, result, verdicts,
+            self.session.record(self.request.node.nodeid, result, pools[arm.name],
                                 self.session.store.path_for(result.scenario) if isinstance(base, Baseline) else None)
+        return pools
 
 
 def _live_axes(arm: Arm, launch: EngineSpec) -> dict[str, str]:

@@ -1,7 +1,10 @@
 """``ScenarioResults``: this session's measured results by arm id, so cross-arm invariants do not depend on test
-order or a module global. Stored in ``config.stash`` (``results_of(config)``)."""
+order or a module global, and each live group's measurement (``live``/``put_live``: measured once, read by every
+test of the group). Stored in ``config.stash`` (``results_of(config)``)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -12,6 +15,7 @@ class ScenarioResults:
     def __init__(self) -> None:
         self._by_id: dict[str, RunResult] = {}
         self._sets: dict[str, dict[str, RunResult]] = {}
+        self._live: dict[str, Any] = {}
 
     def put(self, arm_id: str, result: RunResult) -> None:
         self._by_id[arm_id] = result
@@ -29,6 +33,13 @@ class ScenarioResults:
     def put_set(self, name: str, results: dict[str, RunResult]) -> None:
         self._sets[name] = results
         self._by_id.update(results)
+
+    def live(self, group_id: str) -> Any:
+        """What ``put_live`` stored for a live group (None before it was measured)."""
+        return self._live.get(group_id)
+
+    def put_live(self, group_id: str, measured: Any) -> None:
+        self._live[group_id] = measured
 
 
 RESULTS_KEY = pytest.StashKey[ScenarioResults]()
