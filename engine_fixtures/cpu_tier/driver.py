@@ -2,7 +2,8 @@
 measured until every verdict is decided or the budget is spent; one ``RunResult`` per arm; nothing leaked.
 
 ``run_arms(arms, budget, warmup, requests, control=None, injection=None, undecided=None)``:
-- every round runs one window per arm; the order reverses each round so drift hits all arms alike;
+- every round runs one window per arm; a round is half a mirrored block (``judge.blocks.rounds``: the order
+  reverses each round), so drift hits all arms alike;
 - ``control``: the arm every other arm is expressed against, round by round: ``rel.requests_per_s`` and
   ``rel.latency_p50_ms`` are that arm's value over the control's in the same round (a machine that is faster
   today moves both; a change in one arm's code moves the ratio);
@@ -21,6 +22,7 @@ SGLang's ``sgl_shm_mm_``) segment or a POSIX semaphore that one of the rig's pro
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from collections.abc import Callable, Sequence
@@ -34,6 +36,8 @@ from engine_fixtures.errors import ConfigError, LeakError
 from engine_fixtures.inject import Injection
 from engine_fixtures.isolation.cgroups import PREFIX
 from engine_fixtures.isolation.leaks import Leaks, LeakSnapshot, semaphore_files
+from engine_fixtures.judge.blocks import block_effect
+from engine_fixtures.judge.blocks import rounds as mirrored_rounds
 from engine_fixtures.judge.metrics import REL_PREFIX
 from engine_fixtures.judge.sequential import Budget, measure_until_decided
 from engine_fixtures.store.results import RunResult
@@ -83,11 +87,12 @@ def run_arms(arms: Sequence[CpuTierArm], budget: Budget, warmup: int = 1, reques
             rounds = [0]
 
             def measure(n: int) -> None:
-                for _ in range(n + (warmup if rounds[0] == 0 else 0)):
-                    order = range(len(rigs)) if rounds[0] % 2 == 0 else reversed(range(len(rigs)))
+                k = n + (warmup if rounds[0] == 0 else 0)
+                # mirrored blocks cut into rounds (forward, reversed): the one block order of both tiers
+                for order in mirrored_rounds(range(len(rigs)), rounds[0] + k)[rounds[0]:]:
                     for i in order:
                         windows[i].append(rigs[i].window(requests))
-                    rounds[0] += 1
+                rounds[0] += k
 
             def judge(alpha: float) -> Sequence[str]:
                 if undecided is None:
@@ -122,8 +127,9 @@ def _results(arms: Sequence[CpuTierArm], rigs: list[Rig], windows: list[list[dic
         measured = ws[warmup:]
         samples = {n: tuple(w[n] for w in measured) for n in measured[0]}
         if ctrl is not None and arm != control:
-            for name in REL_METRICS:
-                samples[REL_PREFIX + name] = tuple(w[name] / c[name] for w, c in zip(measured, ctrl, strict=True))
+            for name in REL_METRICS:  # the round's effect against the control, as a ratio
+                samples[REL_PREFIX + name] = tuple(math.exp(block_effect(name, [c[name]], [w[name]]))
+                                                   for w, c in zip(measured, ctrl, strict=True))
         stages = rig.stage_ms[warmup:] or rig.stage_ms
         impl, spin_ms = injection.for_arm(arm.copy)
         meta = {"decode_ms_median": median(s[0] for s in stages), "shm_create_ms_median": median(s[1] for s in stages),

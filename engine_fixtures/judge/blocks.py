@@ -5,7 +5,13 @@ the block is the same, so a drift that is linear over the block (clocks, thermal
 every member and cancels in every contrast. Consecutive blocks meet at a repeated member (``... B A | A B ...``),
 which the runner serves in one visit. The per-block effect of ``candidate`` against ``reference`` is
 ``mean log(candidate) - mean log(reference)`` over that block's windows (linear metrics: the difference of the
-means): the unit a paired contrast judges (``decide.decide_contrast``).
+means): the unit a paired contrast judges (``decide.decide_contrast``). Where members ran on separate engines
+(a group of launches, ``scenarios.groups``), the unit is the instance group instead: ``unit_means`` averages the
+block effects of each fresh group of engines, so the offset between two engine starts is inside the interval.
+
+The one block order and the one effect computation of both tiers: live arms on one engine
+(``scenarios.live_runs``), groups of engines (``scenarios.groups``: the A/B of two builds, transports, the A/B
+study) and the CPU tier's rounds (``cpu_tier.driver``: a round is half a block, the forward or the reversed pass).
 """
 
 from __future__ import annotations
@@ -35,6 +41,38 @@ def visits(blocks: Sequence[Sequence[str]]) -> list[tuple[str, int]]:
     return [(m, len(list(run))) for m, run in itertools.groupby(flat)]
 
 
+def plan(order: Sequence[str], first_block: int, blocks: int) -> list[tuple[str, list[int]]]:
+    """Visits for ``blocks`` more mirrored blocks of ``order``: ``(member, the block index of each of its windows)``,
+    consecutive windows of one member merged into one visit."""
+    labelled = [(m, first_block + b) for b in range(blocks) for m in mirrored(order)]
+    out: list[tuple[str, list[int]]] = []
+    i = 0
+    for m, n in visits([[a for a, _ in labelled]]):
+        out.append((m, [b for _, b in labelled[i:i + n]]))
+        i += n
+    return out
+
+
+def rounds(members: Sequence[int], n: int) -> list[list[int]]:
+    """``n`` rounds over ``members``: each mirrored block cut into its forward and its reversed pass (the CPU tier
+    measures one window per member per round)."""
+    block = mirrored(members)
+    k = len(members)
+    return [block[:k] if r % 2 == 0 else block[k:] for r in range(n)]
+
+
+def unit_means(effects: Sequence[float | None], units: Sequence[object]) -> list[float]:
+    """The mean block effect of each unit (an instance group of engines), in order of first appearance; blocks
+    without a usable effect are left out, and so is a unit left with none."""
+    if len(effects) != len(units):
+        raise ValueError("every block effect needs its unit")
+    by: dict[object, list[float]] = {}
+    for u, e in zip(units, effects, strict=True):
+        if e is not None and math.isfinite(e):
+            by.setdefault(u, []).append(e)
+    return [float(np.mean(v)) for v in by.values()]
+
+
 def block_effect(m: Metric | str, reference: Sequence[float], candidate: Sequence[float]) -> float | None:
     """One block's candidate-vs-reference effect in ``m`` (judged scale); None when either side has no window or a
     log-scale value is not positive."""
@@ -54,6 +92,12 @@ def effects_by_block(m: Metric | str, reference: Sequence[float], reference_bloc
                      candidate: Sequence[float], candidate_blocks: Sequence[int]) -> list[float]:
     """Per-block effects of two members' windows, each window labelled with its block; blocks where either member
     has no usable window are left out."""
+    return [e for _, e in labelled_effects(m, reference, reference_blocks, candidate, candidate_blocks)]
+
+
+def labelled_effects(m: Metric | str, reference: Sequence[float], reference_blocks: Sequence[int],
+                     candidate: Sequence[float], candidate_blocks: Sequence[int]) -> list[tuple[int, float]]:
+    """``effects_by_block`` with each effect's block index (to group blocks into units)."""
     if len(reference) != len(reference_blocks) or len(candidate) != len(candidate_blocks):
         raise ValueError("every window needs its block index")
     out = []
@@ -62,5 +106,5 @@ def effects_by_block(m: Metric | str, reference: Sequence[float], reference_bloc
         cand = [v for v, k in zip(candidate, candidate_blocks, strict=True) if k == b]
         e = block_effect(m, ref, cand)
         if e is not None and math.isfinite(e):
-            out.append(e)
+            out.append((b, e))
     return out

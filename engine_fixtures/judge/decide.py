@@ -18,17 +18,21 @@ When this run is no noisier than the baseline's (se_run <= se_ref) every outcome
 implies the pass condition. Inconclusive is what a run noisier than its baseline gets until more windows
 bring se_run down, and what it keeps at the budget: then it is not a pass.
 
-Paired (A/B blocks or same-run arm pairs, ``decide_paired``): the same rule on the mean of per-block log
-ratios, with ``se = sd/sqrt(P)``; the promise is a declared size (the metric's ``ab_detect``, 10 % for
-throughput, TTFT and TPOT, or ``--perf-ab-detect``), so ``pass`` always excludes that size and an interval too
-wide to exclude it is ``inconclusive``, at the budget too.
-
 Family (``gate_alpha``): a scenario's gating metrics share ``FAMILY_ALPHA`` (Bonferroni over metrics and sides)
 so that a whole clean run goes red at most 1 time in 20.
 
 Contrast (two arms of one live engine in mirrored blocks, ``decide_contrast``): the history gate's rule with the
 run's own blocks as the noise and a margin the candidate may lose by (``bound``); always decided once the blocks
 resolve the metric's contrast ceiling.
+
+Groups of separate engines (the A/B of two builds, transports; ``decide_contrast`` with ``null``): the instance
+group is the unit, since two starts of one build differ (TPOT 3 %, TTFT 5 % on the 4B shape). With this host's
+A/A history (``NullSample``: the unit effects of null A/B runs, whose true effect is 0) the variance is pooled::
+
+    s^2 = (sum of the null units' e^2 + sum (e - mean)^2 of this run's units) / (K + n - 1),  se = s / sqrt(n)
+
+with ``K + n - 1`` degrees of freedom, so three fresh pairs can promise what the between-instance spread allows
+instead of what t with 2 degrees of freedom does. Without a history, t with this run's own ``n - 1``.
 
 Bound (a same-run invariant "ratio >= bound", ``decide_bound``): regression when the one-sided interval
 of the ratio lies below the bound, pass when it lies above, inconclusive while it straddles it.
@@ -157,28 +161,6 @@ def _units(r: np.ndarray) -> tuple[float, float, float, int, int] | float:
     return float(r.mean()), sd, sd / math.sqrt(r.size), r.size - 1, r.size
 
 
-def decide_paired(log_ratios: Sequence[float], sign: float, floor: float, budget: int,
-                 alpha: float = ALPHA, beta: float = BETA, detect: float = DEFAULT_AB_DETECT) -> Decision:
-    """Per-block ``log(candidate / reference)`` values (judged scale differences) of a paired design.
-
-    ``detect`` is the declared size the A/B promises to catch (judged scale; the metric's ``ab_detect`` or
-    ``--perf-ab-detect``): ``pass`` requires the interval to exclude it (``|effect| + t(1-beta) se <= detect``),
-    so a pass at any block count means the same thing; an interval still too wide at the budget stays
-    ``inconclusive`` and says how many units would narrow it. ``budget`` (the most units the runner measures)
-    only enters that message."""
-    units = _units(sign * np.asarray(log_ratios, dtype=float))
-    if isinstance(units, float):
-        return Decision("inconclusive", units, math.nan, math.nan, math.nan, detect,
-                        f"{len(log_ratios)} paired block(s); a paired interval needs >= {MIN_BLOCKS}")
-    effect, sd, se, df, p = units
-    threshold = max(floor, q(1 - alpha, df) * se)
-    promise = max(detect, floor)
-    need = math.ceil(((q(1 - alpha, df) + q(1 - beta, df)) * sd / promise) ** 2) if promise > 0 else p
-    why = (f"the interval of {p} units (se {se:.3g}) does not exclude the promised size {promise:.3g} (judged "
-           f"scale); about {max(need, p + 1)} units would (budget {budget})")
-    return _classify(effect, se, df, threshold, promise, beta, why)
-
-
 def decide_bound(log_ratios: Sequence[float], bound: float, alpha: float = ALPHA) -> Decision:
     """Invariant ``exp(mean log ratio) >= bound`` from per-block log ratios (larger is better).
 
@@ -197,8 +179,32 @@ def decide_bound(log_ratios: Sequence[float], bound: float, alpha: float = ALPHA
     return _bound_decision(effect, se, p - 1, bound, alpha, "more rounds")
 
 
+@dataclass(frozen=True)
+class NullSample:
+    """Unit effects of null comparisons (both sides the same build), pooled as ``sum_sq = sum(e^2)`` over ``units``
+    (their true effect is 0), and where they came from (for the verdict's message)."""
+
+    sum_sq: float
+    units: int
+    source: str
+
+    @classmethod
+    def of(cls, effects: Sequence[float], source: str) -> NullSample:
+        e = np.asarray([x for x in effects if math.isfinite(x)], dtype=float)
+        return cls(float((e ** 2).sum()), int(e.size), source)
+
+
+def _pooled_units(r: np.ndarray, null: NullSample) -> tuple[float, float, float, int, int] | float:
+    """``_units`` with the variance pooled with ``null``'s (one unit of this run is enough)."""
+    if r.size < 1 or null.units + r.size - 1 < MIN_BLOCKS - 1:
+        return float(r.mean()) if r.size else math.nan
+    df = null.units + r.size - 1
+    sd = math.sqrt((null.sum_sq + float(((r - r.mean()) ** 2).sum())) / df)
+    return float(r.mean()), sd, sd / math.sqrt(r.size), df, r.size
+
+
 def decide_contrast(block_effects: Sequence[float], sign: float, margin: float, floor: float, ceiling: float,
-                    budget: int, alpha: float = ALPHA, beta: float = BETA) -> Decision:
+                    budget: int, alpha: float = ALPHA, beta: float = BETA, null: NullSample | None = None) -> Decision:
     """Two arms of one live engine: per-block ``mean log(candidate) - mean log(reference)`` (judged scale), the
     candidate allowed to be worse by ``margin`` (judged scale: ``-log(bound)`` for "candidate >= bound x reference",
     0 for "no worse"). The same rule as the history gate, with the run's own blocks as the noise::
@@ -211,12 +217,16 @@ def decide_contrast(block_effects: Sequence[float], sign: float, margin: float, 
         inconclusive  otherwise: too few blocks, or an interval too wide to promise within ``ceiling``
 
     No between-engine term enters: both arms ran on the same engine instance, interleaved in mirrored blocks, so
-    the instance's offset cancels. ``budget`` (the most blocks the runner measures) only enters the message."""
+    the instance's offset cancels. For members on separate engines the effects are per instance group and ``null``
+    (this host's A/A history) pools the variance (module docstring). ``budget`` (the most units the runner
+    measures) only enters the message."""
     r = sign * np.asarray(block_effects, dtype=float)
-    units = _units(r[np.isfinite(r)])
+    r = r[np.isfinite(r)]
+    units = _units(r) if null is None else _pooled_units(r, null)
     if isinstance(units, float):
-        return Decision("inconclusive", units, math.nan, math.nan, math.nan, None,
-                        f"{int(np.isfinite(r).sum())} mirrored block(s); a contrast needs >= {MIN_BLOCKS}")
+        need = f"a contrast needs >= {MIN_BLOCKS}" if null is None else \
+            f"with {null.units} null unit(s) from {null.source} the pooled variance needs >= {MIN_BLOCKS - 1} df"
+        return Decision("inconclusive", units, math.nan, math.nan, math.nan, None, f"{r.size} unit(s); {need}")
     effect, sd, se, df, p = units
     threshold = max(floor, margin + q(1 - alpha, df) * se)
     detectable = threshold + q(1 - beta, df) * se
@@ -227,8 +237,8 @@ def decide_contrast(block_effects: Sequence[float], sign: float, margin: float, 
     per_block = (q(1 - alpha, df) + q(1 - beta, df)) * sd
     need = math.ceil((per_block / ceiling) ** 2) if ceiling > 0 else p + 1
     return Decision("inconclusive", effect, se, df, threshold, detectable,
-                    f"{p} blocks (se {se:.3g}) resolve {detectable - margin:.3g} beyond the margin, wider than the "
-                    f"{ceiling:.3g} a contrast may promise (judged scale); about {max(need, p + 1)} blocks would "
+                    f"{p} units (se {se:.3g}) resolve {detectable - margin:.3g} beyond the margin, wider than the "
+                    f"{ceiling:.3g} a contrast may promise (judged scale); about {max(need, p + 1)} units would "
                     f"(budget {budget})")
 
 

@@ -20,7 +20,7 @@ from engine_fixtures.judge.decide import Decision, q
 from engine_fixtures.judge.metrics import Metric, metric
 
 Status = Literal["pass", "regression", "improvement", "inconclusive", "no-baseline", "report-only"]
-Kind = Literal["history", "paired", "bound", "diagnostic"]
+Kind = Literal["history", "paired", "group", "bound", "diagnostic"]  # group: separate engines, units named in words
 VERDICTS: tuple[str, ...] = ("pass", "regression", "improvement", "inconclusive")
 STATUSES: tuple[str, ...] = ("regression", "inconclusive", "improvement", "no-baseline", "pass", "report-only")
 

@@ -17,7 +17,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from engine_fixtures.judge.blocks import effects_by_block, mirrored, visits
+from engine_fixtures.judge.blocks import effects_by_block, plan
 from engine_fixtures.judge.metrics import is_known, metric
 from engine_fixtures.judge.paired import judge_contrast
 from engine_fixtures.judge.rows import as_diagnostic
@@ -44,17 +44,6 @@ class LiveRun:
     @property
     def blocks(self) -> int:
         return self.progress.measured
-
-
-def plan(order: Sequence[str], first_block: int, blocks: int) -> list[tuple[str, list[int]]]:
-    """Visits for ``blocks`` more mirrored blocks: ``(arm, the block index of each of its windows)``."""
-    labelled = [(arm, first_block + b) for b in range(blocks) for arm in mirrored(order)]
-    out: list[tuple[str, list[int]]] = []
-    i = 0
-    for arm, n in visits([[a for a, _ in labelled]]):
-        out.append((arm, [b for _, b in labelled[i:i + n]]))
-        i += n
-    return out
 
 
 def measure_live(group: LiveGroup, budget: Budget, visit: Visit,

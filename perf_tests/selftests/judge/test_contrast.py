@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from engine_fixtures.errors import ConfigError
-from engine_fixtures.judge.blocks import block_effect, effects_by_block, mirrored, visits
+from engine_fixtures.judge.blocks import block_effect, effects_by_block, mirrored, plan, visits
 from engine_fixtures.judge.decide import decide_contrast
 from engine_fixtures.judge.paired import judge_contrast
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.live import Arm, Contrast, LiveGroup
-from engine_fixtures.scenarios.live_runs import contrast_verdicts, plan
+from engine_fixtures.scenarios.live_runs import contrast_verdicts
 
 
 def test_a_block_is_a_palindrome_so_a_linear_drift_cancels() -> None:
@@ -61,7 +61,7 @@ def test_contrast_is_undecided_on_too_few_or_too_noisy_blocks() -> None:
     noisy = [0.4, -0.4, 0.3, -0.3]
     d = decide_contrast(noisy, 1.0, 0.0, 0.01, 0.10, 15)
     assert d.status == "inconclusive"
-    assert "blocks would" in d.reason
+    assert "units would" in d.reason
     # a candidate far better than the reference passes on noisy blocks too: it excludes being worse at all
     better = decide_contrast([-0.6, -0.7, -0.8, -0.75, -0.65], 1.0, 0.0, 0.01, 0.10, 15)
     assert better.status == "pass"

@@ -14,15 +14,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine_fixtures.judge.decide import (
+    NullSample,
     decide_bound,
     decide_bound_unpaired,
+    decide_contrast,
     decide_history,
-    decide_paired,
     promised_size,
     runs_to_promise,
 )
 from engine_fixtures.judge.noise import LINEAR, LOG, NoiseModel
-from engine_fixtures.judge.sequential import Budget, measure_until_decided
+from engine_fixtures.judge.sequential import Budget
 
 FLOOR = math.log1p(0.02)
 
@@ -105,45 +106,47 @@ def test_history_gate_error_rates_on_its_own_model(k: int, between: float, withi
     assert caught / trials >= 0.85
 
 
-def _sequential_paired(rng: np.random.Generator, shift: float, budget: Budget) -> str:
-    blocks: list[float] = []
-    last: dict[str, object] = {}
-
-    def measure(n: int) -> None:
-        blocks.extend(rng.normal(math.log1p(shift), 0.03, n))
-
-    def undecided(alpha: float) -> list[str]:
-        last["d"] = decide_paired(blocks, +1, FLOOR, budget.maximum, alpha=alpha)
-        return [] if last["d"].decided else ["cell"]
-
-    measure_until_decided(budget, measure, undecided)
-    return last["d"].status
+def _group(rng: np.random.Generator, shift: float, pairs: int, null: NullSample | None, sd: float = 0.03):
+    effects = rng.normal(math.log1p(shift), sd, pairs)
+    return decide_contrast(effects, +1, 0.0, FLOOR, math.log1p(0.20), pairs, alpha=0.0025, null=null)
 
 
-def test_paired_gate_catches_a_ten_percent_change_and_passes_identical_builds() -> None:
-    """10 % is the declared A/B size: caught with >= 1 - beta, and a pass excludes it."""
+def test_a_group_gate_with_this_hosts_null_history_is_calibrated_and_catches_what_it_promises() -> None:
+    """Three fresh pairs, the between-instance spread (3 %) borrowed from six null pairs: a clean A/B is flagged
+    about alpha of the time, and a change of the promised size is caught >= 1 - beta of the time."""
     rng = np.random.default_rng(4)
-    budget = Budget(4, 2, 12)
-    same = [_sequential_paired(rng, 0.0, budget) for _ in range(300)]
-    slower = [_sequential_paired(rng, 0.10, budget) for _ in range(300)]
-    assert same.count("regression") / 300 <= 0.02
-    assert same.count("pass") / 300 >= 0.95
-    assert slower.count("regression") / 300 >= 0.90
-    assert slower.count("pass") / 300 <= 0.10  # beta: a change of the promised size passes <= 10 % of the time
+    alarms = caught = 0
+    trials = 400
+    promised = []
+    for _ in range(trials):
+        null = NullSample.of(list(rng.normal(0.0, 0.03, 6)), "this host's A/A runs")
+        clean = _group(rng, 0.0, 3, null)
+        alarms += clean.status == "regression"
+        promised.append(clean.detectable)
+        caught += _group(rng, math.expm1(clean.detectable), 3, null).status == "regression"
+    assert alarms / trials <= 0.015
+    assert caught / trials >= 0.85
+    assert math.expm1(float(np.median(promised))) < 0.20  # three pairs can now promise something
 
 
-def test_a_paired_pass_excludes_the_declared_size_at_the_budget_too() -> None:
-    """Issue 19's reproduction: six blocks of log(1.25) +- 0.3 at budget 6 and alpha 0.0025 passed with
-    "catches 121 %" for a real +25 % TPOT change; the promise is now the declared 10 %."""
-    blocks = math.log(1.25) + 0.3 * np.array([1.0, -1.0, 0.5, -0.5, 0.8, -0.8])
-    d = decide_paired(blocks, +1, FLOOR, 6, alpha=0.0025)
+def test_a_group_gate_without_history_uses_its_own_degrees_of_freedom() -> None:
+    """Three pairs alone give t with 2 df: the same 3 % spread cannot promise 20 %, so it is inconclusive, never a
+    pass; one pair with no history is inconclusive and says what it needs."""
+    spread = [0.03, -0.03, 0.0]  # sd 3 %
+    d = decide_contrast(spread, +1, 0.0, FLOOR, math.log1p(0.20), 3, alpha=0.0025)
+    assert d.df == 2
     assert d.status == "inconclusive"
-    assert d.detectable == pytest.approx(math.log1p(0.10))
-    assert "does not exclude the promised size" in d.reason
-    tight = math.log(1.01) + 0.01 * np.array([1.0, -1.0, 0.5, -0.5, 0.8, -0.8])
-    assert decide_paired(tight, +1, FLOOR, 6, alpha=0.0025).status == "pass"
-    wider = decide_paired(tight, +1, 0.001, 6, alpha=0.0025, detect=math.log1p(0.01))
-    assert wider.status == "inconclusive"  # a 1 % promise is not excluded by an interval around +1 %
+    assert "units" in d.reason
+    borrowed = decide_contrast(spread, +1, 0.0, FLOOR, math.log1p(0.20), 3, alpha=0.0025,
+                               null=NullSample.of([0.03, -0.03, 0.03, -0.03, 0.0, 0.0], "h"))
+    assert borrowed.df == 8
+    assert borrowed.status == "pass"  # the same three pairs, with the spread known from six null pairs
+    rng = np.random.default_rng(5)
+    one = _group(rng, 0.0, 1, None)
+    assert one.status == "inconclusive"
+    pooled = _group(rng, 0.0, 1, NullSample.of([0.01, -0.02, 0.03, 0.0, -0.01], "h"))
+    assert pooled.df == 5  # five null units (mean 0 known) and one unit of this run
+    assert NullSample.of([0.1, float("nan"), -0.1], "h").units == 2
 
 
 def test_a_pool_too_wide_to_gate_says_so_and_how_many_runs_would_do() -> None:
@@ -159,10 +162,6 @@ def test_a_pool_too_wide_to_gate_says_so_and_how_many_runs_would_do() -> None:
     if k is not None:
         assert k > 3
         assert f"a pool of {k} such runs" in d.reason
-
-
-def test_paired_gate_needs_three_blocks() -> None:
-    assert decide_paired([0.5, 0.6], +1, FLOOR, 10).status == "inconclusive"
 
 
 def test_bound_invariant_three_ways() -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from engine_fixtures.errors import MeasurementError
+from engine_fixtures.judge.decide import NullSample
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.verdicts import judge_ab, judge_invariant, judge_metric, judge_result
 
@@ -157,26 +158,33 @@ def test_ab_verdict_reports_a_paired_interval() -> None:
     ratios = [math.log(1.2) + d for d in (0.001, -0.002, 0.0015, 0.0, -0.001, 0.002)]
     v = judge_ab("tpot_p50_ms", ref, cand, ratios, budget=12)
     assert v.status == "regression"
-    assert v.kind == "paired"
+    assert v.kind == "group"  # fresh engine groups are its units
     assert "95% CI" in v.message
     assert v.delta == pytest.approx(0.2, rel=0.01)
     assert v.worse_lo is not None
     assert v.worse_lo < v.worse < v.worse_hi
 
 
-def test_ab_pass_promises_the_declared_size_and_prints_the_interval_otherwise() -> None:
+def test_ab_pass_names_what_it_catches_and_which_variance_it_used() -> None:
     ref = [3.3] * 6
     noisy = [math.log(1.25) + d for d in (0.3, -0.3, 0.15, -0.15, 0.24, -0.24)]
     v = judge_ab("tpot_p50_ms", ref, [4.1] * 6, noisy, budget=6, alpha=0.0025)
     assert v.status == "inconclusive"
     assert "95% CI" in v.message
-    assert "A/B promise: 10.0% (not excluded)" in v.message
+    assert "t with 5 df (no A/A history on this host" in v.message
     quiet = [0.001 * d for d in (1, -1, 2, -2, 1, -1)]
     ok = judge_ab("tpot_p50_ms", ref, ref, quiet, budget=6)
     assert ok.status == "pass"
-    assert ok.detectable == pytest.approx(0.10)
-    assert "A/B promise: 10.0% (excluded)" in ok.message
-    assert judge_ab("tpot_p50_ms", ref, ref, quiet, budget=6, detect=0.05).detectable == pytest.approx(0.05)
+    assert ok.detectable is not None
+    assert 0 < ok.detectable < 0.20  # what it excludes, within the 20 % ceiling
+    assert f"catches {ok.detectable:.1%} worse" in ok.message
+    assert judge_ab("tpot_p50_ms", ref, ref, noisy, budget=6, detect=0.05).status == "inconclusive"
+    blocks = judge_ab("tpot_p50_ms", ref, ref, quiet, budget=6, units="blocks")
+    assert "offset between two starts of one build is not in this interval" in blocks.message
+    pooled = judge_ab("tpot_p50_ms", ref, ref, [0.001], budget=6,
+                      null=NullSample.of([0.02, -0.02, 0.01, -0.01, 0.0], "this host's A/A history"))
+    assert pooled.status == "pass"  # one fresh pair, the spread borrowed from five null pairs
+    assert "variance pooled with 5 null pair(s) of this host's A/A history (5 df)" in pooled.message
     share = judge_ab("output_tokens_per_s", ref, ref, quiet, budget=6)
     assert share.status == "report-only"  # output tok/s repeats req/s: not a gate
 
