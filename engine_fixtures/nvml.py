@@ -99,3 +99,14 @@ def gpu_inventory() -> list[GpuInfo] | str:
     except pynvml.NVMLError as exc:
         return unavailable_reason(exc)
     return _cuda_visible(infos, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def memory_mib(index: int) -> tuple[float, float] | None:
+    """``(total, free)`` MiB of NVML device ``index`` (an index NVML counts, not a CUDA ordinal), or None where
+    NVML cannot say (no GPU, no driver)."""
+    try:
+        with nvml_session():
+            info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
+    except pynvml.NVMLError:
+        return None
+    return info.total / MIB, info.free / MIB

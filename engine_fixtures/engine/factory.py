@@ -5,12 +5,12 @@ CPU quota is not part of the launch (with ``sandbox=True`` every engine gets a c
 when its spec has no quota, and a later spec's quota is written to the live sandbox); concurrency, image size and
 request counts are the load's, never the engine's. By default at most one engine is live (``max_live=1``):
 asking for another launch stops the previous one first, so two engines never compete for the GPU or the CPU
-quota. ``get_many(specs)`` starts the engines it needs concurrently (an A/B pair). After every stop the factory
-asserts that no process, /dev/shm segment or cgroup outlived it (``leaks.LeakSnapshot``); an owner-less engine
-segment is the engine's only when its processes were seen holding it or nobody else alive could have made it
-(``_check_leaks``), so another suite on the same box is never blamed nor cleaned up. An engine whose server
-process ignored SIGTERM for ``stop_grace_s`` is SIGKILLed, checked like any other, and then reported as
-``ProcessStopError``: its shutdown is broken, and a test must not pass over that.
+quota. ``get_many(specs)`` starts the engines it needs one after the other (a group: ``engine.group``). After
+every stop the factory asserts that no process, /dev/shm segment or cgroup outlived it (``leaks.LeakSnapshot``);
+an owner-less engine segment is the engine's only when its processes were seen holding it or nobody else alive
+could have made it (``_check_leaks``), so another suite on the same box is never blamed nor cleaned up. An
+engine whose server process ignored SIGTERM for ``stop_grace_s`` is SIGKILLed, checked like any other, and then
+reported as ``ProcessStopError``: its shutdown is broken, and a test must not pass over that.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import dataclasses
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,36 +88,35 @@ class EngineFactory:
             self.release(next(iter(self._live.values())).handle.spec)
         return self._start(spec, port)
 
-    def get_many(self, specs: Sequence[EngineSpec]) -> tuple[EngineHandle, ...]:
-        """Ready engines for ``specs`` (distinct launches), the missing ones started concurrently; ``max_live``
-        must allow them all. If any start fails, the others are stopped and the first error is raised."""
+    def get_many(self, specs: Sequence[EngineSpec],
+                 before_start: Callable[[EngineSpec], EngineSpec] | None = None) -> tuple[EngineHandle, ...]:
+        """Ready engines for ``specs`` (distinct launches), the missing ones started **one at a time**: each starts
+        only once the previous one is ready, past its GPU memory profile (two SGLang servers profiling at once on
+        one GPU count each other's allocations: ``engine.group``). ``before_start(spec)`` gives the spec actually
+        launched (the group's memory rule reads the GPU's free memory at that moment). Every live engine outside
+        the group is stopped first; ``max_live`` does not bound a group. If any start fails, the ones started here
+        are stopped and its error is raised."""
         keys = [s.launch_key for s in specs]
         if len(set(keys)) != len(keys):
             raise ConfigError("get_many() needs distinct launches (give each spec its own name)")
-        if len(specs) > self.max_live:
-            raise ConfigError(f"get_many() of {len(specs)} engines with max_live={self.max_live}; raise max_live")
+        for entry in [v for k, v in self._live.items() if k not in keys]:
+            self.release(entry.handle.spec)  # a group is live alone: no outsider competes for the GPU or the quota
         handles: dict[int, EngineHandle] = {}
         for i, spec in enumerate(specs):
             if (live := self._reuse(spec)) is not None:
                 handles[i] = live
         missing = [i for i in range(len(specs)) if i not in handles]
-        while self._live and len(self._live) + len(missing) > self.max_live:
-            victim = next(v for v in self._live.values() if v.handle not in handles.values())
-            self.release(victim.handle.spec)
-        with ThreadPoolExecutor(max_workers=max(1, len(missing))) as pool:
-            futures = {i: pool.submit(self._start, specs[i], None) for i in missing}
-            errors = []
-            for i, fut in futures.items():
-                try:
-                    handles[i] = fut.result()
-                except BaseException as exc:
-                    errors.append(exc)
-        if errors:
-            for i in futures:
-                if i in handles:
-                    with contextlib.suppress(Exception):
-                        self.release(specs[i])
-            raise errors[0]
+        started: list[EngineHandle] = []
+        try:
+            for i in missing:
+                spec = before_start(specs[i]) if before_start is not None else specs[i]
+                handles[i] = self._start(spec, None)
+                started.append(handles[i])
+        except BaseException:
+            for h in started:
+                with contextlib.suppress(Exception):
+                    self.release(h.spec)
+            raise
         return tuple(handles[i] for i in range(len(specs)))
 
     def _reuse(self, spec: EngineSpec) -> EngineHandle | None:

@@ -48,6 +48,7 @@ class EngineSpec:
     pp_async_batch_depth: int = 0
     max_running_requests: int | None = None
     mem_fraction_static: float = 0.5
+    kv_tokens: int | None = None  # --max-total-tokens: an explicit KV pool size (members of a group get one)
     attention_backend: str = "triton"
     mm_attention_backend: str = "triton_attn"
     sampling_backend: str = "pytorch"
@@ -92,6 +93,8 @@ class EngineSpec:
             raise bad(f"pp_async_batch_depth={self.pp_async_batch_depth}", "pass 0 or more")
         if self.max_running_requests is not None and self.max_running_requests < 1:
             raise bad(f"max_running_requests={self.max_running_requests}", "pass None (auto) or >= 1")
+        if self.kv_tokens is not None and self.kv_tokens < 1:
+            raise bad(f"kv_tokens={self.kv_tokens}", "pass None (SGLang sizes the pool) or >= 1")
         if not 0 < self.mem_fraction_static < 1:
             raise bad(f"mem_fraction_static={self.mem_fraction_static}", "pass a fraction in (0, 1)")
         try:
@@ -177,6 +180,8 @@ class EngineSpec:
             a += ["--pp-async-batch-depth", str(self.pp_async_batch_depth)]
         if self.max_running_requests is not None:
             a += ["--max-running-requests", str(self.max_running_requests)]
+        if self.kv_tokens is not None:
+            a += ["--max-total-tokens", str(self.kv_tokens)]
         if not self.radix_cache:
             a.append("--disable-radix-cache")
         if sglang_version.has_preprocess_cache_flag(ver):

@@ -93,6 +93,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--pp-max-micro-batch-size", type=int, default=None)
     p.add_argument("--pp-async-batch-depth", type=int, default=0)
     p.add_argument("--max-running-requests", type=int, default=None)
+    p.add_argument("--max-total-tokens", type=int, default=None)
     p.add_argument("--mem-fraction-static", type=float)
     p.add_argument("--mm-preprocess-cache-size-mb", type=int)
     p.add_argument("--disable-radix-cache", action="store_true")
@@ -102,6 +103,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--stub-start-s", type=float, default=30.0)
     p.add_argument("--stub-shm-mb", type=int, default=0)
     p.add_argument("--stub-image-kb", type=int, default=0)
+    p.add_argument("--stub-kv-short", type=int, default=0, help="report a KV pool this many tokens smaller")
     p.add_argument("--stub-torch-copy-ms", type=float, default=float(os.environ.get("STUB_TORCH_COPY_MS", "0")))
     return p.parse_args(argv)
 
@@ -173,7 +175,7 @@ class Stub:
         return {
             **args,
             "status": "ready",
-            "max_total_num_tokens": 65536,
+            "max_total_num_tokens": min(65536, a.max_total_tokens or 65536) - a.stub_kv_short,
             "internal_states": [state],
             "version": "0.0.0-stub",
         }
