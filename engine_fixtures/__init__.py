@@ -23,6 +23,8 @@ _EXPORTS = {
     "LiveGroup": "engine_fixtures.scenarios.live",
     "Arm": "engine_fixtures.scenarios.live",
     "Contrast": "engine_fixtures.scenarios.live",
+    "EngineGroup": "engine_fixtures.scenarios.groups",
+    "Member": "engine_fixtures.scenarios.groups",
     "CpuTierScenario": "engine_fixtures.scenarios.cpu_tier",
     "CpuTierArm": "engine_fixtures.cpu_tier.arms",
     "Invariant": "engine_fixtures.scenarios.invariants",
@@ -42,7 +44,8 @@ _EXPORTS = {
 }
 _RENAMED = {"installed_sglang": "installed"}
 __all__ = [  # noqa: RUF022 (grouped as _EXPORTS)
-    "EngineScenario", "LiveGroup", "Arm", "Contrast", "CpuTierScenario", "CpuTierArm", "Invariant", "CounterBound",
+    "EngineScenario", "LiveGroup", "Arm", "Contrast", "EngineGroup", "Member", "CpuTierScenario", "CpuTierArm",
+    "Invariant", "CounterBound",
     "WorkloadSpec", "EngineSpec",
     "EngineHandle", "KnownRegression", "SHM_COPY", "IPC_CACHE_OFF", "PP_MICROBATCH_CAP", "installed_sglang",
     "known_regression", "InvariantViolated", "MeasurementError", "ConfigError",

@@ -32,6 +32,8 @@ Scenarios:
   until its verdicts are decided; the control arm is recorded as the machine's yardstick (diagnostics).
 - ``perf_gpu_tier(scenario) -> list[Verdict]``: starts (or reuses) the engine of an ``EngineScenario``, measures
   it until decided (pooled baseline, or A/B with ``--perf-reference``), checks the arm proof and judges it.
+- ``perf_live``: one engine, many arms (``LiveGroup``); ``perf_group``: a group of engines alive at once
+  (``EngineGroup``: launches that cannot switch live, such as the transport).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from engine_fixtures.options import Settings
 from engine_fixtures.scenarios.runs import SessionLoad
 from engine_fixtures.session import sections
 from engine_fixtures.session.engine_runner import EngineScenarioRunner
+from engine_fixtures.session.group_runner import EngineGroupRunner
 from engine_fixtures.session.live_runner import LiveGroupRunner
 from engine_fixtures.session.params import apply_quota_setting, spec_from_param
 from engine_fixtures.session.perf_session import get_session
@@ -125,8 +128,7 @@ def engine_factory(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPat
     session = get_session(pytestconfig)
     factory = EngineFactory(tmp_path_factory.mktemp("engines"), settings.engine_timeout,
                             on_finding=session.findings.append, sandbox=cgroup_support is None,
-                            state_dir=settings.state_dir,
-                            max_live=1 if settings.reference is None else 2)  # an A/B pair is live at once
+                            state_dir=settings.state_dir)  # one engine live at a time, or one group (engine.group)
     try:
         yield factory
     finally:
@@ -194,6 +196,15 @@ def perf_gpu_tier(request: pytest.FixtureRequest, engine_factory: EngineFactory,
     """``perf_gpu_tier(scenario) -> list[Verdict]`` (``scenarios.engine_runner``)."""
     return EngineScenarioRunner(request, engine_factory, perf_record, perf_results,
                                 request.getfixturevalue("perf_model_dir"), perf_load)
+
+
+@pytest.fixture
+def perf_group(request: pytest.FixtureRequest, engine_factory: EngineFactory, perf_record: PerfRecorder,
+               perf_results: ScenarioResults, perf_load: SessionLoad) -> EngineGroupRunner:
+    """``perf_group.check(group, contrast)``: a group of engines alive at once, launches that cannot switch live
+    (``session.group_runner``)."""
+    return EngineGroupRunner(request, engine_factory, perf_record, perf_results,
+                             request.getfixturevalue("perf_model_dir"), perf_load)
 
 
 @pytest.fixture

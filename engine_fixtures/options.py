@@ -161,10 +161,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("reference", "Judge the engine tier as a paired A/B against this reference build, measured interleaved "
            "on this runner: venv:DIR, python:PATH, site:DIR, wheel:FILE.whl, patch:NAME=MS, env:K=V (join with "
            "'+'). Without it, results are judged against the pooled baselines.", parse_reference, None, "BUILD"),
-    Option("ab_instances", "A/B: fresh engine pairs (reference + candidate) to measure; with 2 or more the pair is "
-           "the unit of the interval, so the offset between two starts of one build counts as noise (measured "
-           "+15.8%% TPOT between two instances on the H200). 1 is quicker and says the offset is not included.",
+    Option("ab_instances", "A group of engines (an A/B against --perf-reference, the transport group): fresh "
+           "instance groups (engine pairs) to measure before the first look; the group is the unit of every "
+           "verdict, so the offset between two starts of one build (TPOT 3%%, TTFT 5%% on the 4B shape) is inside "
+           "the interval, with this host's A/A history pooled into the variance where null A/B runs recorded one.",
            parse_positive_int, 3, "N"),
+    Option("ab_max_instances", "A group of engines: the most fresh instance groups while a verdict is undecided "
+           "(default: twice --perf-ab-instances).", parse_positive_int, None, "N"),
     Option("candidate", "The build judged in A/B mode (--perf-reference): 'installed' (default) or any "
            "--perf-reference form, e.g. patch:slow-scheduler=0.3 to prove the gate with a known slowdown.",
            partial(parse_reference, option="--perf-candidate"), EngineBuild(), "BUILD"),
@@ -176,8 +179,8 @@ OPTIONS: tuple[Option, ...] = (
            "it finished in.", parse_positive_float, 3.0, "S"),
     Option("warmup_s", "Unmeasured load at the start of each engine load segment, in seconds (three times this on an "
            "engine instance's first segment).", parse_nonnegative_float, 1.0, "S"),
-    Option("ab_blocks", "A/B: ABBA blocks measured on each fresh engine pair (--perf-ab-instances 2 or more; with one "
-           "pair, blocks follow --perf-repeats and --perf-max-repeats).", parse_positive_int, 2, "N"),
+    Option("ab_blocks", "A group of engines: mirrored blocks (A B B A) measured on each fresh instance group.",
+           parse_positive_int, 2, "N"),
     Option("engine_cpus", "CPUs for the engines, disjoint from the load client's: 'auto' pins on machines with 8 or "
            "more visible CPUs (the client gets the last quarter, at least 2, unless --perf-client-cpus names them), "
            "'off' pins nothing, or a list such as 0-11.", parse_cpus_setting, "auto", "auto|off|LIST"),
@@ -206,10 +209,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("lock_timeout", "Seconds a run that measures waits for the machine lock held by another measuring run "
            "(two perf runs on one machine corrupt each other's numbers) before it fails.", parse_positive_float,
            1800.0, "S"),
-    Option("ab_detect", "A/B: the change every paired pass must exclude, e.g. 5 or 5%%, on every log-scale metric "
-           "(linear metrics keep their declared sizes). Default: each metric's declared A/B size (10%% for "
-           "throughput, TTFT and TPOT); an interval too wide to exclude it is inconclusive.", parse_percent, None,
-           "PCT"),
+    Option("ab_detect", "A group of engines: the widest change a pass may promise to catch, e.g. 10 or 10%%, on "
+           "every log-scale metric (default twice each metric's declared live-contrast size: 20%% for throughput, "
+           "TTFT and TPOT); a run that cannot promise it is inconclusive.", parse_percent, None, "PCT"),
     Option("require_gpu", "This run tests the GPU tier on N GPUs: the session stops at start unless NVML sees N GPUs "
            "and SGLang is installed, so GPU tests can never skip unseen (perf-gpu and the GPU workflow set it).",
            parse_positive_int, None, "N"),
@@ -308,6 +310,7 @@ class Settings:
     reference: EngineBuild | None = None  # parsed at start-up: a typo stops the run before any engine starts
     candidate: EngineBuild = EngineBuild()  # noqa: RUF009 (frozen: one shared instance is safe)
     ab_instances: int = 3
+    ab_max_instances: int | None = None
     inject: Injection | None = None
     window_s: float = 3.0
     warmup_s: float = 1.0

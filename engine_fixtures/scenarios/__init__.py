@@ -4,9 +4,12 @@
   or a count's bound on one arm.
 - ``cpu_tier.CpuTierScenario``: the CPU tier's interleaved arm set with its control arm and invariants;
   ``cpu_tier.measure`` runs it.
-- ``engine.EngineScenario``: one GPU-tier arm (an ``EngineSpec`` recipe plus its workload and key).
-- ``runs``: ``SessionLoad``, ``measure_history`` and ``measure_ab`` (windows, blocks and engine pairs until the
-  verdicts are decided); ``segment``: back-to-back windows cut from one load segment; ``timeline``: where an
-  arm's wall time went.
-- ``ab_study``, ``window_study``: the H200 studies behind the A/B and window-length defaults.
+- ``engine.EngineScenario``: one GPU-tier launch (an ``EngineSpec`` recipe plus its workload and key).
+- ``live.LiveGroup`` (``Arm``, ``Contrast``): one engine, its arms switched live; ``live_runs`` measures it.
+- ``groups.EngineGroup`` (``Member``): launches that cannot switch live (transports, builds: the A/B), alive at once;
+  ``groups.measure_group`` measures fresh instance groups of them.
+- ``runs``: ``SessionLoad`` (the session's client, window plan and first light) and ``measure_history`` (windows
+  until the verdicts against a pool are decided); ``segment``: back-to-back windows cut from one load segment;
+  ``timeline``: where an arm's wall time went.
+- ``ab_study``, ``window_study``, ``rate_study``: the H200 studies behind the A/B and window-length defaults.
 """

@@ -2,8 +2,10 @@
 switched live; ``engine_runner.EngineScenarioRunner``, a launch per arm and the A/B).
 
 Both hold the test's request, the session's engine factory, recorder, registry, model directory and load client;
-``engines(specs, timeline)`` gets ready engines from the factory with their starts and quota changes timed into the
-timeline and their log tails attached to a failing test; ``drive(url, workload)`` is the load for a profile window.
+``engines(specs, timeline)`` gets ready engines from the factory (a group of several through ``engine.group``: one at a
+time, equal KV pools) with their starts and quota changes timed into the timeline and their log tails attached to a
+failing test; ``first_light(engine, workload, timeline)`` loads a fresh engine until it completes a full concurrency
+(its first requests compile kernels); ``drive(url, workload)`` is the load for a profile window.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from engine_fixtures.engine.factory import EngineFactory
+from engine_fixtures.engine.group import start_group
 from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.loadgen.workload import WorkloadSpec
@@ -41,9 +44,9 @@ class GpuRunner:
         return self.session.settings
 
     def engines(self, specs: Sequence[EngineSpec], timeline: Timeline) -> tuple[EngineHandle, ...]:
-        """Ready engines for ``specs`` (started together when new); their starts and quota changes are timed."""
+        """Ready engines for ``specs`` (a group: one at a time, equal KV pools); starts and quota changes are timed."""
         started, changes, t0 = self.factory.started, self.factory.quota_changes, time.monotonic()
-        engines = self.factory.get_many(specs) if len(specs) > 1 else (self.factory.get(specs[0]),)
+        engines = start_group(self.factory, specs) if len(specs) > 1 else (self.factory.get(specs[0]),)
         t1 = time.monotonic()
         names = ", ".join(e.instance for e in engines)
         if self.factory.started > started:
@@ -54,6 +57,10 @@ class GpuRunner:
             sections.add_on_failure(self.request.node, f"engine log (tail) {e.spec.build.label} {e.instance}",
                                     e.log_tail)
         return tuple(engines)
+
+    def first_light(self, engine: EngineHandle, workload: WorkloadSpec, timeline: Timeline) -> None:
+        """``SessionLoad.first_light``: load a fresh engine until it completes a full concurrency."""
+        self.load.first_light(engine, workload, timeline)
 
     def drive(self, url: Callable[[], str], workload: WorkloadSpec) -> Callable[[float], int]:
         """Load for a profile window (after the verdicts, never measured): the requests completed in it. ``url`` is

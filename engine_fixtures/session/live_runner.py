@@ -22,7 +22,6 @@ in strict mode.
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -59,9 +58,6 @@ from engine_fixtures.session.recorder import (
     session_verdicts,
 )
 from engine_fixtures.store.baselines import Baseline
-
-FIRST_LIGHT_S = 5.0  # one probe segment of load on a fresh engine
-FIRST_LIGHT_DEADLINE_S = 180.0  # a fresh engine that cannot complete a full concurrency by then is an error
 
 
 @dataclass(frozen=True)
@@ -113,7 +109,7 @@ class LiveGroupRunner(GpuRunner):
         self.measure(group)
         group.arm(name)  # a ConfigError naming the group's arms
         result = self.results.get(f"{group.id}/{name}")
-        measured: Measured = self.results.live(group.id)
+        measured: Measured = self.results.group(f"live/{group.id}")
         verdicts = (measured.pools[name] if measured.floor == self.recorder.floor
                     else session_verdicts(self.session, result, floor=self.recorder.floor))  # this test's floor
         base = self.session.store.load(result.scenario)
@@ -130,7 +126,7 @@ class LiveGroupRunner(GpuRunner):
 
     # ------------------------------------------------------------------ measuring, once per session
     def measure(self, group: LiveGroup) -> LiveRun:
-        cached = self.results.live(group.id)
+        cached = self.results.group(f"live/{group.id}")
         if cached is not None:
             return cached.run
         timeline = Timeline()
@@ -140,7 +136,7 @@ class LiveGroupRunner(GpuRunner):
         engine = self._engine(launch, timeline)
         if group.engine.lint:
             check_caps(engine.config, group.engine.concurrency)
-        self._first_light(engine, workload, timeline)
+        self.first_light(engine, workload, timeline)
         state = {"engine": engine}
         requests: dict[str, list[dict[str, Any]]] = {}  # per arm, the requests behind each window (in order)
 
@@ -174,29 +170,8 @@ class LiveGroupRunner(GpuRunner):
         timeline.close()
         pools = self._store(group, run, engine, launch, timeline, requests)
         self.request.node.add_report_section("call", "perf timeline", f"{group.id}: {timeline.describe()}")
-        self.results.put_live(group.id, Measured(run, pools, self.recorder.floor))
+        self.results.put_group(f"live/{group.id}", Measured(run, pools, self.recorder.floor))
         return run
-
-    def _first_light(self, engine: EngineHandle, workload: Any, timeline: Timeline) -> None:
-        """Load a fresh engine until one probe segment completes as many requests as the concurrency: its first
-        requests compile kernels, which on a fresh machine takes seconds (a cuda_ipc engine on a fresh H200 served
-        nothing in its first 6 s, 2026-12-02), and no measured window may meet that. A condition with a deadline,
-        never a fixed wait; an engine that completes nothing by then is a MeasurementError."""
-        if engine.instance in self.load.warmed:
-            return
-        deadline = time.monotonic() + FIRST_LIGHT_DEADLINE_S
-        with timeline.span("warmup", f"first light of {engine.instance}", engine.instance):
-            while True:
-                seg = self.load.stream.segment(engine.url, workload, 0.0, FIRST_LIGHT_S)
-                done = len(seg.completed_in(seg.measure_at, seg.stop_at))
-                if done >= workload.concurrency:
-                    break
-                engine.ensure_alive()
-                if time.monotonic() > deadline:
-                    raise MeasurementError(f"engine {engine.instance} completed {done} of {workload.concurrency} "
-                                           f"requests in {FIRST_LIGHT_S:g} s after {FIRST_LIGHT_DEADLINE_S:g} s of "
-                                           f"load: it never came up to speed; see {engine.log_path}")
-        self.load.warmed.add(engine.instance)
 
     def _launch(self, group: LiveGroup) -> EngineSpec:
         """The group's one launch; the named patches its arms switch are installed at 0 ms (the plugin can only change

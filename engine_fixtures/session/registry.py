@@ -1,6 +1,6 @@
 """``ScenarioResults``: this session's measured results by arm id, so cross-arm invariants do not depend on test
-order or a module global, and each live group's measurement (``live``/``put_live``: measured once, read by every
-test of the group). Stored in ``config.stash`` (``results_of(config)``)."""
+order or a module global, and each group's measurement (``group``/``put_group``: a live group or a group of engines,
+measured once, read by every test of the group). Stored in ``config.stash`` (``results_of(config)``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ class ScenarioResults:
     def __init__(self) -> None:
         self._by_id: dict[str, RunResult] = {}
         self._sets: dict[str, dict[str, RunResult]] = {}
-        self._live: dict[str, Any] = {}
+        self._groups: dict[str, Any] = {}
 
     def put(self, arm_id: str, result: RunResult) -> None:
         self._by_id[arm_id] = result
@@ -34,12 +34,12 @@ class ScenarioResults:
         self._sets[name] = results
         self._by_id.update(results)
 
-    def live(self, group_id: str) -> Any:
-        """What ``put_live`` stored for a live group (None before it was measured)."""
-        return self._live.get(group_id)
+    def group(self, group_id: str) -> Any:
+        """What ``put_group`` stored for a group (None before it was measured)."""
+        return self._groups.get(group_id)
 
-    def put_live(self, group_id: str, measured: Any) -> None:
-        self._live[group_id] = measured
+    def put_group(self, group_id: str, measured: Any) -> None:
+        self._groups[group_id] = measured
 
 
 RESULTS_KEY = pytest.StashKey[ScenarioResults]()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One engine, many arms, on a GPU runner without network (the lent H200: SGLang 0.5.16 from the carried wheelhouse
-# `.device/`, unpacked by `.device/setup.sh` into /tmp/site). Run from the repository root:
+# The GPU tier on a GPU runner without network (the lent H200: SGLang 0.5.16 from the carried wheelhouse
+# `.device/`, unpacked by `.device/setup.sh` into /tmp/site): one engine with many arms, and groups of engines.
+# Run from the repository root:
 #   BUDGET_S=560 bash scripts/gpu/h200_live.sh STEP [STEP ...]
 # Steps (each starts only while its guard of seconds is left in the call's budget; state in $WORK carries over
 # between calls of one warm lease):
@@ -11,6 +12,14 @@
 #   gate       the live patch gate study (perf_tests/sglang/gpu_studies/test_live_gate.py)
 #   (EXTRA_ARGS: more pytest arguments for the default step, e.g. a smaller block budget)
 #   cv         the within-run CV of req/s, counted vs continuous, over the default run's windows
+#   null       a null A/B (the installed build on both sides, --perf-reference installed): fresh engine pairs started
+#              one at a time with equal KV pools; it adds its pairs to this host's A/A history ($WORK/baselines)
+#   patch      the A/B of a candidate carrying the slow-scheduler patch sized to PATCH_PCT (15) % of the last null
+#              run's reference TPOT p50
+#   transport  the transport group: cpu (buffer copy) vs cuda_ipc (cache on), fresh pairs
+#   (AB_ARGS: more pytest arguments for null, patch and transport, e.g. --perf-profile off; NULL_ARGS, PATCH_ARGS,
+#   TRANSPORT_ARGS: for one of them, e.g. --perf-ab-instances 2 --perf-ab-max-instances 2)
+# STATE: a folder whose baselines/ seeds $WORK/baselines on a fresh machine (this host's A/A history between calls)
 # Everything lands in $OUT/live.tgz: logs, results JSON, summaries, reports. Pools are never written here.
 set -uo pipefail
 T0=$(date +%s); BUDGET_S=${BUDGET_S:-560}
@@ -54,6 +63,16 @@ run() {  # run NAME GUARD_S PYTEST_ARGS...: one pytest session, timed, into $WOR
   rm -rf "$WORK/bt-$name"
 }
 last() { ls -d "$WORK/$1"-* 2>/dev/null | sort -V | tail -1; }
+[ -n "${STATE:-}" ] && [ -d "$STATE/baselines" ] && [ ! -d "$WORK/baselines" ] && cp -r "$STATE/baselines" "$WORK/"
+GROUPS_TEST=perf_tests/sglang/gpu_tier/test_groups.py
+patch_ms() {  # PATCH_PCT % of the reference build's TPOT p50 in the last null run
+  python3 - "$(ls "$(last null)"/results/results-*.json | tail -1)" "${PATCH_PCT:-15}" <<'PY'
+import json, sys, statistics
+data = json.load(open(sys.argv[1]))
+ref = [r for r in data["results"] if r["scenario"].endswith("/build=reference")][0]
+print(f"{statistics.mean(ref['samples']['tpot_p50_ms']) * float(sys.argv[2]) / 100:.3f}")
+PY
+}
 for step in "$@"; do
   case "$step" in
     default) run default 300 perf_tests/sglang/gpu_tier -m "gpu_tier or gpu" ${EXTRA_ARGS:-} ;;
@@ -68,6 +87,13 @@ for step in "$@"; do
       python3 -m engine_fixtures.scenarios.rate_study "$(ls "$(last default)"/results/results-*.json | tail -1)" \
         > "$WORK/logs/cv.md" 2>&1
       log "cv rc=$?"; cat "$WORK/logs/cv.md" ;;
+    null) run null 240 "$GROUPS_TEST" -k build_ab --perf-reference installed ${AB_ARGS:-} ${NULL_ARGS:-} ;;
+    patch)
+      ms=$(patch_ms) || { log "patch: no null run to size the patch from"; continue; }
+      log "patch: slow-scheduler=$ms ms (${PATCH_PCT:-15} % of the reference TPOT p50)"
+      run patch 200 "$GROUPS_TEST" -k build_ab --perf-reference installed --perf-candidate "patch:slow-scheduler=$ms" \
+        ${AB_ARGS:-} ${PATCH_ARGS:-} ;;
+    transport) run transport 200 "$GROUPS_TEST" -k transport_group ${AB_ARGS:-} ${TRANSPORT_ARGS:-} ;;
     *) log "unknown step $step"; exit 2 ;;
   esac
 done

@@ -1,39 +1,41 @@
-"""The A/B study's bookkeeping on synthetic windows: mirrored blocks, each size judged against the shared reference
-with the engine group as the unit, and the table of counts."""
+"""The A/B study's bookkeeping on synthetic windows: a group of the reference and one candidate per size, in the
+mirrored blocks of ``judge.blocks``, each size judged against the shared reference with the instance group as the
+unit, and the table of counts."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from engine_fixtures.scenarios.ab_study import judge_trial, mirrored, render, size_blocks
+from engine_fixtures.judge.blocks import plan
+from engine_fixtures.scenarios.ab_study import SCENARIOS, judge_trial, render, study_group
 
 
-def test_mirrored_order_puts_every_arm_at_the_same_mean_position() -> None:
-    order = mirrored(3)
-    assert order == [0, 1, 2, 3, 3, 2, 1, 0]
-    for arm in range(4):
-        positions = [i for i, a in enumerate(order) if a == arm]
-        assert np.mean(positions) == (len(order) - 1) / 2
+def trial_windows(rng: np.random.Generator, slow: list[float], groups: int, blocks: int):  # type: ignore[no-untyped-def]
+    """Windows of ``groups`` instance groups: the reference and one candidate per slowdown, each engine with its own
+    instance offset (what a fresh start adds: 1 % here)."""
+    names = ["reference", *[f"c{i + 1}" for i in range(len(slow))]]
+    windows: dict[str, list] = {n: [] for n in names}
+    block_unit: list[int] = []
+    for g in range(groups):
+        offset = {n: 0.01 * rng.standard_normal() for n in names}
+        for who, bs in plan(names, len(block_unit), blocks):
+            factor = 1.0 if who == "reference" else 1.0 + slow[int(who[1:]) - 1]
+            for b in bs:
+                tpot = 3.3 * factor * (1 + offset[who]) * (1 + 0.01 * rng.standard_normal())
+                windows[who].append((b, {"tpot_p50_ms": tpot, "requests_per_s": 40.0 / (tpot / 3.3)}))
+        block_unit += [g] * blocks
+    return windows, block_unit
 
 
-def group_blocks(rng: np.random.Generator, slow: list[float], offset: float) -> list:
-    """One group's block: the reference (0) and one candidate per slowdown, with a group-wide instance offset."""
-    block = []
-    for who in mirrored(len(slow)):
-        factor = 1.0 if who == 0 else 1.0 + slow[who - 1]
-        tpot = 3.3 * factor * (1 + offset) * (1 + 0.01 * rng.standard_normal())
-        block.append((who, {"tpot_p50_ms": tpot, "requests_per_s": 40.0 / (tpot / 3.3)}))
-    return [block]
-
-
-def test_a_trial_flags_twenty_percent_and_passes_a_zero_spin() -> None:
+def test_a_trial_flags_twenty_percent_and_never_flags_a_zero_spin() -> None:
     rng = np.random.default_rng(0)
-    blocks = [b for _ in range(3) for b in group_blocks(rng, [0.0, 0.20], 0.05 * rng.standard_normal())]
-    zero, slow = judge_trial(blocks, [0, 1, 2], 1, 3), judge_trial(blocks, [0, 1, 2], 2, 3)
+    group = study_group(SCENARIOS["cpu-copy=buffer"], 2)
+    windows, units = trial_windows(rng, [0.0, 0.20], 3, 2)
+    zero, slow = judge_trial(group, windows, units, 1, 3), judge_trial(group, windows, units, 2, 3)
     assert slow["tpot_p50_ms"]["status"] == "regression"
     assert abs(slow["tpot_p50_ms"]["delta"] - 0.20) < 0.03
-    assert zero["tpot_p50_ms"]["status"] == "pass"
-    assert len(size_blocks(blocks[0], 2)) == 4  # the reference twice, candidate 2 twice
+    assert zero["tpot_p50_ms"]["status"] != "regression"
+    assert [m.name for m in group.members] == ["reference", "c1", "c2"]
 
 
 def test_render_counts_every_size() -> None:

@@ -1,6 +1,6 @@
 """The engine tier end to end through pytest, with the stub engine in place of SGLang: declared scenarios are
 started, measured until decided, pooled over three runs, judged; invariants read the session's results; an A/B
-run against a reference build pairs blocks and never pools."""
+run against a reference build is a group of two engines, never pooled, and a null one joins the A/A history."""
 
 from __future__ import annotations
 
@@ -70,8 +70,11 @@ def test_three_runs_pool_then_judge_and_an_ab_run_is_never_pooled(suite: pytest.
 
     # one engine pair (instance pairs have their own test in test_engine_runs_stub.py; three cost CI 35 s here)
     r = run(suite, "-k", "test_arm and fast", "--perf-reference", "installed", "--perf-ab-instances", "1",
-            "--perf-update-baselines")
+            "--perf-ab-max-instances", "1", "--perf-update-baselines")
     r.stdout.fnmatch_lines(["*A/B against the reference build `installed`*", "*refused*an A/B run*"])
     verdicts = json.loads(sorted((suite.path / "out").glob("results-*.json"))[-1].read_text())
     assert verdicts["reference"] == "installed"
     assert all(len(json.loads(p.read_text())["runs"]) == 3 for p in pools)
+    (null,) = (suite.path / "bl").glob("*/ab-null/*.json")  # a null A/B: its pair joins this host's A/A history
+    assert len(json.loads(null.read_text())["entries"]) == 1
+    r.stdout.fnmatch_lines(["*A/A history: a null A/B of 1 engine pair(s) was added to*"])

@@ -1,0 +1,65 @@
+"""A group of engines end to end through pytest, with stub engines in place of SGLang: two launches that cannot
+switch live (here two token times), started one at a time with equal KV pools, measured in mirrored blocks on a fresh
+instance group, judged with this host's A/A history pooled into the variance: the slower member's contrast is
+violated and the faster one's holds, each naming the variance it used."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine_fixtures.machine import MachineInfo, host_of
+from engine_fixtures.store.null_history import NullHistory, null_entry
+
+pytest_plugins = ("pytester",)
+
+TEST_FILE = """
+import pytest
+from engine_fixtures import Contrast, EngineGroup, EngineScenario, Member
+from engine_fixtures.errors import InvariantViolated
+
+def stub(ms):
+    return ("-m", "engine_fixtures.testing.stub_engine", "--stub-token-ms", str(ms))
+
+METRICS = ("tpot_p50_ms",)
+GROUP = EngineGroup("stub", members=(
+    Member("fast", EngineScenario("fast", concurrency=2, output_tokens=8, launcher=stub(2), proof=False)),
+    Member("slow", EngineScenario("slow", concurrency=2, output_tokens=8, launcher=stub(6), proof=False))),
+    contrasts=(Contrast("slow >= 0.9x fast", "fast", "slow", 0.9, METRICS),
+               Contrast("fast >= slow", "slow", "fast", 1.0, METRICS)))
+
+@pytest.mark.perf
+def test_fast_holds(perf_group):
+    (row,) = perf_group.check(GROUP, "fast >= slow")
+    assert "over 1 fresh engine group(s), variance pooled with 6 null pair(s) of this host's A/A history" in row.message
+
+@pytest.mark.perf
+@pytest.mark.xfail(raises=InvariantViolated, strict=True, reason="the slow stub takes 3x the token time")
+def test_slow_is_caught(perf_group):
+    perf_group.check(GROUP, "slow >= 0.9x fast")
+"""
+
+
+def test_a_group_of_launches_decides_its_contrasts_with_this_hosts_null_history(pytester: pytest.Pytester) -> None:
+    info = MachineInfo.collect()
+    history = NullHistory(pytester.path / "bl", info.key, host_of(info.as_dict()))
+    history.record("model=qwen-tiny/c=2/out=8/quota=none",  # the group's load shape (shape_key)
+                   null_entry("seed", 1, 0.3, {"tpot_p50_ms": [0.02, -0.02, 0.01, -0.01, 0.015, -0.015]}))
+    pytester.makepyfile(test_group=TEST_FILE)
+    out = pytester.path / "out"
+    r = pytester.runpytest_subprocess(
+        "-rsx", "-p", "no:cacheprovider", "--perf-baseline-dir", str(pytester.path / "bl"), "--perf-results-dir",
+        str(out), "--perf-model-shape", "tiny", "--perf-ab-instances", "1", "--perf-ab-max-instances", "1",
+        "--perf-ab-blocks", "1", "--perf-window-s", "0.3", "--perf-warmup-s", "0.1", "--perf-strict", "yes",
+        "--perf-cpu-quota", "none", "--perf-profile", "off", timeout=600)
+    r.assert_outcomes(passed=1, xfailed=1)
+    (path,) = out.glob("results-*.json")
+    members = {res["metadata"]["group_member"]: res for res in json.loads(path.read_text())["results"]
+               if "group_member" in res["metadata"]}
+    assert set(members) == {"fast", "slow"}
+    for res in members.values():
+        meta = res["metadata"]
+        assert meta["instance_groups"] == 1
+        assert set(meta["window_instance_group"]) == {0}
+        assert len(meta["window_block"]) == 2  # one mirrored block: each member twice
