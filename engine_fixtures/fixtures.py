@@ -55,7 +55,7 @@ from engine_fixtures.isolation.pinning import cpu_split
 from engine_fixtures.loadgen.stream import LoadStream
 from engine_fixtures.model.modeldir import check_model_dir, write_model_dir
 from engine_fixtures.options import Settings
-from engine_fixtures.scenarios.runs import SessionLoad
+from engine_fixtures.scenarios.load import SessionLoad
 from engine_fixtures.session import sections
 from engine_fixtures.session.engine_runner import EngineScenarioRunner
 from engine_fixtures.session.group_runner import EngineGroupRunner

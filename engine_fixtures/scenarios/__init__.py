@@ -8,8 +8,9 @@
 - ``live.LiveGroup`` (``Arm``, ``Contrast``): one engine, its arms switched live; ``live_runs`` measures it.
 - ``groups.EngineGroup`` (``Member``): launches that cannot switch live (transports, builds: the A/B), alive at once;
   ``groups.measure_group`` measures fresh instance groups of them.
-- ``runs``: ``SessionLoad`` (the session's client, window plan and first light) and ``measure_history`` (windows
-  until the verdicts against a pool are decided); ``segment``: back-to-back windows cut from one load segment;
-  ``timeline``: where an arm's wall time went.
+- ``load.SessionLoad``: the session's client, window plan and first light; ``segment``: back-to-back windows cut
+  from one load segment; ``timeline``: where an arm's wall time went.
+- ``pooled``: ``measure_history`` (windows until the verdicts against this host's pool are decided) and
+  ``engine_result`` (an engine's windows as a ``RunResult``, for every GPU runner).
 - ``ab_study``, ``window_study``, ``rate_study``: the H200 studies behind the A/B and window-length defaults.
 """

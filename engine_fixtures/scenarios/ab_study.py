@@ -45,7 +45,7 @@ from engine_fixtures.options import Settings, parse_cpu_list, parse_cpus_setting
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.groups import EngineGroup, GroupWindows, Member, NullFor, group_verdicts, measure_group
 from engine_fixtures.scenarios.live import Contrast
-from engine_fixtures.scenarios.runs import SessionLoad
+from engine_fixtures.scenarios.load import SessionLoad
 from engine_fixtures.scenarios.timeline import Timeline
 
 PATCH = "slow-scheduler"

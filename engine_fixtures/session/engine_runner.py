@@ -5,8 +5,8 @@
    set) and gets a ready engine from the session's factory (engines are reused across scenarios with the same
    launch: a different quota is written to the live engine's cgroup; concurrency and image size are the load's);
 2. checks the effective configuration read back from ``/server_info`` for hidden caps (``engine.lint``);
-3. measures until decided, in back-to-back windows from the session's one load client (``runs.SessionLoad``):
-   against the pooled baseline (``runs.measure_history``), or, with ``--perf-reference BUILD``, as a paired A/B
+3. measures until decided, in back-to-back windows from the session's one load client (``scenarios.load.SessionLoad``):
+   against the pooled baseline (``scenarios.pooled.measure_history``), or, with ``--perf-reference BUILD``, as a paired A/B
    against that build measured interleaved on this runner (a group of two members, ``group_runner``: fresh engine
    pairs, each started one engine at a time with equal KV pools; ``--perf-candidate`` names the judged build,
    default the installed one);
@@ -28,7 +28,7 @@ from engine_fixtures.profile.engine import ProfileSettings, explain_history
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.groups import ab_group
 from engine_fixtures.scenarios.live import FAMILIES
-from engine_fixtures.scenarios.runs import measure_history
+from engine_fixtures.scenarios.pooled import measure_history
 from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.session.gpu_runner import GpuRunner
 from engine_fixtures.session.group_runner import EngineGroupRunner

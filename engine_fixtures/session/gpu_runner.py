@@ -21,7 +21,7 @@ from engine_fixtures.engine.group import start_group
 from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.loadgen.workload import WorkloadSpec
-from engine_fixtures.scenarios.runs import SessionLoad
+from engine_fixtures.scenarios.load import SessionLoad
 from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.session import sections
 from engine_fixtures.session.recorder import PerfRecorder

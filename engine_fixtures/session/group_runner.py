@@ -24,7 +24,6 @@ from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.engine.lint import check_caps
 from engine_fixtures.engine.proof import assert_arm
 from engine_fixtures.engine.spec import EngineSpec
-from engine_fixtures.errors import InvariantViolated, MeasurementError
 from engine_fixtures.judge.gating import gating
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.sequential import Budget
@@ -40,12 +39,12 @@ from engine_fixtures.scenarios.groups import (
     unit_effects,
 )
 from engine_fixtures.scenarios.live import Contrast
-from engine_fixtures.scenarios.runs import engine_result
+from engine_fixtures.scenarios.pooled import engine_result
 from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.session.gpu_runner import GpuRunner
 from engine_fixtures.session.params import apply_quota_setting
-from engine_fixtures.session.recorder import _inconclusive, _where, conclude
+from engine_fixtures.session.recorder import conclude, conclude_contrast
 from engine_fixtures.store.null_history import NullHistory, null_entry, shape_key
 from engine_fixtures.store.results import RunResult
 
@@ -85,16 +84,7 @@ class EngineGroupRunner(GpuRunner):
             self.session.record_invariant(self.request.node.nodeid, scenario, v)
         self.recorder.sections_for(scenario, {}, verdicts, f"group of engines ({measured.run.instances} instance "
                                                            f"group(s), {len(measured.run.block_unit)} blocks)")
-        if not any(v.is_verdict for v in verdicts):
-            raise MeasurementError(f"contrast {contrast.label}: no gating metric was measured on both members")
-        violated = [v for v in verdicts if v.status == "regression"]
-        if violated:
-            raise InvariantViolated(f"contrast violated: {contrast.label}:\n" +
-                                    "\n".join(f"  {v.message}" for v in violated) + where)
-        undecided = [v for v in verdicts if v.status == "inconclusive"]
-        if undecided:
-            _inconclusive(self.settings.strict, f"contrast {contrast.label}:\n" +
-                          "\n".join(f"  {v.message}" for v in undecided) + where)
+        conclude_contrast(contrast.label, verdicts, self.settings.strict, where)
         return verdicts
 
     def ab(self, scenario: EngineScenario, group: EngineGroup) -> list[Verdict]:
@@ -229,31 +219,35 @@ class EngineGroupRunner(GpuRunner):
         return apply_quota_setting(spec, self.settings.cpu_quota, self.settings.sources["cpu_quota"])
 
     def _stop(self, live: dict[str, EngineHandle], timeline: Timeline) -> None:
-        """Prove the launch arm of every engine of the instance group just measured, then stop them."""
-        if not live:
+        """Prove the launch arm of every engine of the instance group just measured, then stop them (engines already
+        stopped, by an earlier contrast of the group, are left out)."""
+        running = self.factory.live()
+        engines = [e for e in live.values() if e in running]
+        live.clear()
+        if not engines:
             return
         with timeline.span("stop", "proof and stop of the previous instance group"):
             try:
-                for engine in live.values():
+                for engine in engines:
                     if engine.spec.proof:
                         assert_arm(engine.spec, engine.proof())
             finally:
-                for engine in live.values():
+                for engine in engines:
                     self.factory.release(engine.spec)
-        live.clear()
 
     def _release(self, measured: MeasuredGroup) -> None:
         self._stop(dict(measured.last), Timeline())
 
     def _profile(self, group: EngineGroup, contrast: Contrast, measured: MeasuredGroup, verdicts: list[Verdict],
                  scenario: str) -> str:
-        """The differential profile of the contrast's two members on the last instance group, when asked for."""
+        """The differential profile of the contrast's two members on the last instance group, when asked for: its
+        failure text (top 3 per role), or ''."""
         cand, ref = measured.last.get(contrast.candidate), measured.last.get(contrast.reference)
         statuses = [v.status for v in verdicts]
         if cand is None or ref is None:
             return ""
         workload = group.member(contrast.candidate).engine.workload()
         ps = ProfileSettings.from_settings(self.settings, cand.workdir / "profiles")
-        return _where(explain_ab(self.session.profiles, [scenario], statuses, ps,
-                                 candidate=(cand.pids(), self.drive(lambda: cand.url, workload)),
-                                 reference=(ref.pids(), self.drive(lambda: ref.url, workload))) or "")
+        return explain_ab(self.session.profiles, [scenario], statuses, ps,
+                          candidate=(cand.pids(), self.drive(lambda: cand.url, workload)),
+                          reference=(ref.pids(), self.drive(lambda: ref.url, workload)))

@@ -32,7 +32,7 @@ from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.engine.lint import check_caps
 from engine_fixtures.engine.proof import ArmProof
 from engine_fixtures.engine.spec import EngineSpec
-from engine_fixtures.errors import InvariantViolated, MeasurementError
+from engine_fixtures.errors import MeasurementError
 from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.profile.engine import ProfileSettings, explain_ab
@@ -45,18 +45,12 @@ from engine_fixtures.scenarios.live_runs import (
     measure_live,
     open_cells,
 )
-from engine_fixtures.scenarios.runs import engine_result
+from engine_fixtures.scenarios.pooled import engine_result
 from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.session.gpu_runner import GpuRunner
 from engine_fixtures.session.params import apply_quota_setting
-from engine_fixtures.session.recorder import (
-    InvariantJudge,
-    _inconclusive,
-    _where,
-    conclude,
-    session_verdicts,
-)
+from engine_fixtures.session.recorder import InvariantJudge, conclude, conclude_contrast, session_verdicts
 from engine_fixtures.store.baselines import Baseline
 
 
@@ -89,18 +83,8 @@ class LiveGroupRunner(GpuRunner):
         for v in verdicts:
             self.session.record_invariant(self.request.node.nodeid, scenario, v)
         self.recorder.sections_for(scenario, {}, verdicts, f"contrast on one live engine ({run.blocks} blocks)")
-        where = _where(self.session.profiles.failure_text([scenario]))
-        if not any(v.is_verdict for v in verdicts):
-            raise MeasurementError(f"contrast {contrast.label}: no gating metric family was measured on both arms "
-                                   f"(rows: {', '.join(f'{v.metric} {v.status}' for v in verdicts) or 'none'})")
-        violated = [v for v in verdicts if v.status == "regression"]
-        if violated:
-            lines = "\n".join(f"  {v.message}" for v in violated)
-            raise InvariantViolated(f"contrast violated: {contrast.label}:\n{lines}{where}")
-        undecided = [v for v in verdicts if v.status == "inconclusive"]
-        if undecided:
-            _inconclusive(self.settings.strict, f"contrast {contrast.label}:\n" +
-                          "\n".join(f"  {v.message}" for v in undecided) + where)
+        conclude_contrast(contrast.label, verdicts, self.settings.strict,
+                          self.session.profiles.failure_text([scenario]))
         return verdicts
 
     def arm(self, group: LiveGroup, name: str) -> list[Verdict]:

@@ -29,6 +29,7 @@ from engine_fixtures.errors import (
     ConfigError,
     Inconclusive,
     InvariantViolated,
+    MeasurementError,
     PerformanceRegression,
     StaleBaseline,
 )
@@ -198,6 +199,24 @@ def conclude(scenario: str, verdicts: Sequence[Verdict], strict: bool, missing: 
             raise ConfigError(f"{scenario}: no metric of this result is judged (all are diagnostics); a number no "
                               "verdict reads is not a test: record it with perf_record.diagnostic(result, why)")
         pytest.skip(missing or f"{scenario}: {building}: {UPDATE_HINT}")
+
+
+def conclude_contrast(label: str, verdicts: Sequence[Verdict], strict: bool, profile: str = "") -> None:
+    """End a contrast's test (live arms or a group of engines) by its rows: a violated row raises
+    ``InvariantViolated`` (known upstream regressions are strict xfails on it), an undecided one is ``Inconclusive``
+    in strict mode, and a contrast with no gating row measured on both sides is an error, never a pass."""
+    __tracebackhide__ = True
+    if not any(v.is_verdict for v in verdicts):
+        raise MeasurementError(f"contrast {label}: no gating metric was measured on both sides (rows: "
+                               f"{', '.join(f'{v.metric} {v.status}' for v in verdicts) or 'none'})")
+    violated = [v for v in verdicts if v.status == "regression"]
+    if violated:
+        lines = "\n".join(f"  {v.message}" for v in violated)
+        raise InvariantViolated(f"contrast violated: {label}:\n{lines}{_where(profile)}")
+    undecided = [v for v in verdicts if v.status == "inconclusive"]
+    if undecided:
+        _inconclusive(strict, f"contrast {label}:\n" + "\n".join(f"  {v.message}" for v in undecided) +
+                      _where(profile))
 
 
 class InvariantJudge:

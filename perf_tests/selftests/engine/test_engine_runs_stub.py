@@ -22,7 +22,8 @@ from engine_fixtures.model.modeldir import write_model_dir
 from engine_fixtures.options import Settings
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.groups import ab_group, group_verdicts, measure_group
-from engine_fixtures.scenarios.runs import SessionLoad, measure_history
+from engine_fixtures.scenarios.load import SessionLoad
+from engine_fixtures.scenarios.pooled import measure_history
 from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
 
