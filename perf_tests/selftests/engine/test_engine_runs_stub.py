@@ -135,7 +135,7 @@ def run_ab(factory: EngineFactory, model: Path, stream: LoadStream, settings: Se
         return [v.metric for v in group_verdicts(AB, CONTRAST, windows, block_unit, budget=2 * instances, alpha=alpha,
                                                  null_for=lambda _m: null) if v.status == "inconclusive"]
 
-    run = measure_group(["reference", "candidate"], start, visit, Budget(instances, 1, 2 * instances),
+    run = measure_group(["reference", "candidate"], start, visit, Budget(instances, 1, instances),
                         settings.ab_blocks, undecided)
     verdicts = {v.metric: v for v in group_verdicts(AB, CONTRAST, run.windows, run.block_unit,
                                                     budget=run.budget_units, alpha=run.alpha_per_look,
