@@ -5,11 +5,11 @@
    set) and gets a ready engine from the session's factory (engines are reused across scenarios with the same
    launch: a different quota is written to the live engine's cgroup; concurrency and image size are the load's);
 2. checks the effective configuration read back from ``/server_info`` for hidden caps (``engine.lint``);
-3. measures until decided, in back-to-back windows from the session's one load client (``scenarios.load.SessionLoad``):
-   against the pooled baseline (``scenarios.pooled.measure_history``), or, with ``--perf-reference BUILD``, as a paired A/B
-   against that build measured interleaved on this runner (a group of two members, ``group_runner``: fresh engine
-   pairs, each started one engine at a time with equal KV pools; ``--perf-candidate`` names the judged build,
-   default the installed one);
+3. measures until decided, in back-to-back windows from the session's one load client
+   (``scenarios.load.SessionLoad``): against the pooled baseline (``scenarios.pooled.measure_history``), or, with
+   ``--perf-reference BUILD``, as an A/B against that build measured interleaved on this runner (a group of two
+   members, ``group_runner``: fresh engine pairs, each started one engine at a time with equal KV pools;
+   ``--perf-candidate`` names the judged build, default the installed one);
 4. checks the arm proof (the requested copy / IPC-cache implementation really ran in the engine's processes: of
    every A/B pair, before it is stopped);
 5. stores the result in the session registry (cross-arm invariants read it) and ends the test by its
