@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -41,10 +41,12 @@ def visits(blocks: Sequence[Sequence[str]]) -> list[tuple[str, int]]:
     return [(m, len(list(run))) for m, run in itertools.groupby(flat)]
 
 
-def plan(order: Sequence[str], first_block: int, blocks: int) -> list[tuple[str, list[int]]]:
-    """Visits for ``blocks`` more mirrored blocks of ``order``: ``(member, the block index of each of its windows)``,
-    consecutive windows of one member merged into one visit."""
-    labelled = [(m, first_block + b) for b in range(blocks) for m in mirrored(order)]
+def plan(order: Sequence[str] | Callable[[int], Sequence[str]], first_block: int,
+         blocks: int) -> list[tuple[str, list[int]]]:
+    """Visits for ``blocks`` more mirrored blocks of ``order`` (or of ``order(block)``, the members of each block):
+    ``(member, the block index of each of its windows)``, consecutive windows of one member merged into one visit."""
+    order_of = order if callable(order) else (lambda _b: order)
+    labelled = [(m, b) for b in range(first_block, first_block + blocks) for m in mirrored(order_of(b))]
     out: list[tuple[str, list[int]]] = []
     i = 0
     for m, n in visits([[a for a, _ in labelled]]):

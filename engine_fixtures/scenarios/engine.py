@@ -31,6 +31,7 @@ class EngineScenario:
     quota: str | float | None = None
     concurrency: int = 16
     image_px: int = DEFAULT_IMAGE_PX
+    image_content: str = "noise"  # "repeated": the same image in every request
     output_tokens: int = DEFAULT_OUTPUT_TOKENS
     tp: int = 1
     pp: int = 1
@@ -63,15 +64,18 @@ class EngineScenario:
     def workload(self) -> WorkloadSpec:
         """The load of this scenario's segments (closed loop; how long is the segment's, not the workload's)."""
         return WorkloadSpec(num_requests=self.concurrency, concurrency=self.concurrency,
-                            image_resolution=(self.image_px, self.image_px), output_tokens=self.output_tokens)
+                            image_resolution=(self.image_px, self.image_px), image_content=self.image_content,
+                            output_tokens=self.output_tokens)
 
     @staticmethod
     def key(spec: EngineSpec, scenario: EngineScenario) -> str:
-        """What was measured: the arm (quota included), the model, the load (image size and output length only
-        where they differ from the defaults, so keys recorded before they varied stay valid)."""
+        """What was measured: the arm (quota included), the model, the load (image size, content and output length
+        only where they differ from the defaults, so keys recorded before they varied stay valid)."""
         load = f"/c={scenario.concurrency}"
         if scenario.image_px != DEFAULT_IMAGE_PX:
             load += f"/px={scenario.image_px}"
+        if scenario.image_content != "noise":
+            load += f"/img={scenario.image_content}"
         if scenario.output_tokens != DEFAULT_OUTPUT_TOKENS:
             load += f"/out={scenario.output_tokens}"
         return "engine/" + "/".join(f"{k}={v}" for k, v in spec.arm.items()) + f"/model={spec.model.name}{load}"

@@ -17,12 +17,13 @@ runner's verdict rests on.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError
+from engine_fixtures.loadgen.workload import IMAGE_CONTENTS
 from engine_fixtures.quota import declared_cores
-from engine_fixtures.scenarios.engine import EngineScenario
+from engine_fixtures.scenarios.engine import EngineScenario, graph_bucket
 from engine_fixtures.transport.live import LiveArm
 
 INHERIT = "group"  # an arm's quota: the group's engine quota
@@ -41,10 +42,25 @@ class Arm:
     threads: int | None = None
     patches: tuple[tuple[str, float], ...] = ()
     quota: str | float | None = INHERIT
+    # The load, switched live like the rest (the client's, never the engine's): None is the group engine's own.
+    concurrency: int | None = None
+    image_px: int | None = None
+    image_content: str | None = None  # "repeated": one image in every request (the seed's resolution figure)
+    # A measured row, not a side of a contrast: served in the first ``blocks`` blocks only (its level with an
+    # interval over those blocks); None: every block the group measures.
+    blocks: int | None = None
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
             raise ConfigError(f"arm name {self.name!r}: a non-empty name without '/'")
+        for what, v in (("concurrency", self.concurrency), ("image_px", self.image_px), ("blocks", self.blocks)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ConfigError(f"arm {self.name}: {what}={v!r}, an integer >= 1 (or None)")
+        if self.blocks == 1:
+            raise ConfigError(f"arm {self.name}: blocks=1 gives a level without an interval; measure 2 or more")
+        if self.image_content is not None and self.image_content not in IMAGE_CONTENTS:
+            raise ConfigError(f"arm {self.name}: image_content={self.image_content!r}, one of "
+                              f"{', '.join(IMAGE_CONTENTS)}")
         try:
             self.live()
         except ValueError as exc:
@@ -52,6 +68,12 @@ class Arm:
 
     def live(self) -> LiveArm:
         return LiveArm(self.copy, self.ipc_cache, self.threads, self.patches)
+
+    def scenario(self, engine: EngineScenario) -> EngineScenario:
+        """The group engine's scenario with this arm's load (what its windows are measured and keyed under)."""
+        load = {k: v for k, v in (("concurrency", self.concurrency), ("image_px", self.image_px),
+                                  ("image_content", self.image_content)) if v is not None}
+        return replace(engine, **load) if load else engine
 
     def cores(self, group_quota: float | None) -> float | None:
         """This arm's CPU quota in cores (the group's unless the arm names its own)."""
@@ -94,13 +116,36 @@ class LiveGroup:
                 if who not in names:
                     raise ConfigError(f"live group {self.id}: contrast {c.label!r} names arm {who!r}; arms are "
                                       f"{', '.join(names)}")
+        contrasted = {n for c in self.contrasts for n in (c.reference, c.candidate)}
+        bucket = graph_bucket(self.engine.concurrency)
         for a in self.arms:
+            if a.blocks is not None and a.name in contrasted:
+                raise ConfigError(f"live group {self.id}: arm {a.name} is measured in {a.blocks} blocks only (a "
+                                  "measured row); a contrast needs arms served in every block")
+            if a.concurrency is not None and a.concurrency > bucket:
+                raise ConfigError(f"live group {self.id}: arm {a.name} loads at concurrency {a.concurrency}, above "
+                                  f"the engine's CUDA-graph bucket {bucket}; raise the group engine's concurrency")
             if self.engine.transport != "cpu" and (a.copy != "stock" or a.threads is not None):
                 raise ConfigError(f"live group {self.id}: arm {a.name} switches the SHM copy, but the engine's "
                                   f"transport is {self.engine.transport}; put it in a group with transport='cpu'")
             if self.engine.transport != "cuda_ipc" and a.ipc_cache != "stock":
                 raise ConfigError(f"live group {self.id}: arm {a.name} switches the IPC cache, but the engine's "
                                   f"transport is {self.engine.transport}; put it in a group with transport='cuda_ipc'")
+
+    def order(self, names: list[str], block: int) -> list[str]:
+        """The arms of ``names`` served in ``block`` (a measured row only in its first ``blocks``)."""
+        return [n for n in names if (b := self.arm(n).blocks) is None or block < b]
+
+    @property
+    def row_blocks(self) -> int | None:
+        """A group of measured rows only (every arm ``blocks=``, no contrast): the blocks it measures, no more."""
+        if self.contrasts or any(a.blocks is None for a in self.arms):
+            return None
+        return max(a.blocks or 0 for a in self.arms)
+
+    @property
+    def peak_concurrency(self) -> int:
+        return max(a.concurrency or self.engine.concurrency for a in self.arms)
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -137,7 +182,7 @@ class LiveGroup:
         live = spec.with_(copy=arm.copy if spec.mm_feature_transport == "cpu" else "stock",
                           ipc_cache=arm.ipc_cache if spec.mm_feature_transport == "cuda_ipc" else "stock",
                           cpu_quota=cores)
-        base = EngineScenario.key(live, scenario)
+        base = EngineScenario.key(live, arm.scenario(scenario))
         extra = "" if arm.threads is None else f"/threads={arm.threads}"
         extra += "".join(f"/{n}={ms:g}" for n, ms in arm.live().patches)
         head, _, load = base.rpartition("/model=")

@@ -1,7 +1,8 @@
 """Measure a ``LiveGroup`` on one engine until its contrasts are decided: mirrored blocks of proved visits.
 
 ``measure_live(group, budget, visit, undecided, rng)``: the arms in a random order, each block that order and its
-reverse (``judge.blocks.mirrored``), consecutive windows of one arm served by one visit (``judge.blocks.visits``).
+reverse (``judge.blocks.mirrored``; an arm declared a measured row of ``blocks`` only in the first that many),
+consecutive windows of one arm served by one visit (``judge.blocks.visits``).
 ``visit(arm, n)`` switches the engine to ``arm`` (the quota, then the plugin's live arm, proved by every engine
 process), runs one load segment of its warmup and ``n`` windows, checks that the segment's proof counters say the arm
 really served it, and returns the windows' values. Blocks are added, ``budget.step`` at a time, while
@@ -55,7 +56,7 @@ def measure_live(group: LiveGroup, budget: Budget, visit: Visit,
     done = [0, 0]  # blocks, visits
 
     def measure(n: int) -> None:
-        for arm, blocks in plan(order, done[0], n):
+        for arm, blocks in plan(lambda b: group.order(order, b), done[0], n):
             values = visit(group.arm(arm), len(blocks))
             windows[arm].extend(zip(blocks, values, strict=True))
             seen[arm].extend((done[1], i) for i in range(len(blocks)))

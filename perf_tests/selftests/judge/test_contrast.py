@@ -114,3 +114,26 @@ def test_contrast_verdicts_judge_each_measured_family() -> None:
     rows = contrast_verdicts(g, g.contrasts[0], windows, budget=15, alpha=0.01)
     assert {r.metric for r in rows} == {"requests_per_s", "tpot_p50_ms"}  # GPU and CPU were not measured here
     assert {r.metric: r.status for r in rows} == {"requests_per_s": "regression", "tpot_p50_ms": "pass"}
+
+
+def test_measured_rows_serve_their_first_blocks_and_switch_the_load_live() -> None:
+    engine = EngineScenario("g", transport="cpu", concurrency=16)
+    group = LiveGroup("g", engine, arms=(Arm("a"), Arm("b", copy="buffer"), Arm("c1", concurrency=1, blocks=2),
+                                         Arm("px", image_px=2048, image_content="repeated", blocks=3)),
+                      contrasts=(Contrast("b >= a", "a", "b"),))
+    assert plan(lambda b: group.order(["a", "c1", "b"], b), 1, 2) == [
+        ("a", [1]), ("c1", [1]), ("b", [1, 1]), ("c1", [1]), ("a", [1, 2]), ("b", [2, 2]), ("a", [2])]
+    w = group.arm("px").scenario(engine).workload()
+    assert (w.concurrency, w.image_resolution, w.image_content) == (16, (2048, 2048), "repeated")
+    assert group.arm("c1").scenario(engine).workload().concurrency == 1
+    assert group.peak_concurrency == 16
+    with pytest.raises(ConfigError, match="measured in 2 blocks only"):
+        LiveGroup("g", engine, arms=(Arm("a"), Arm("b", blocks=2)), contrasts=(Contrast("b >= a", "a", "b"),))
+    with pytest.raises(ConfigError, match="CUDA-graph bucket 16"):
+        LiveGroup("g", engine, arms=(Arm("a"), Arm("b", concurrency=64)))
+    assert LiveGroup("g", engine, arms=(Arm("a", blocks=2), Arm("b", blocks=3))).row_blocks == 3
+    assert group.row_blocks is None
+    with pytest.raises(ConfigError, match="without an interval"):
+        Arm("a", blocks=1)
+    with pytest.raises(ConfigError, match="image_content"):
+        Arm("a", image_content="blank")
