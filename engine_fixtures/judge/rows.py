@@ -20,7 +20,8 @@ from engine_fixtures.judge.decide import Decision, q
 from engine_fixtures.judge.metrics import Metric, metric
 
 Status = Literal["pass", "regression", "improvement", "inconclusive", "no-baseline", "report-only"]
-Kind = Literal["history", "paired", "group", "bound", "diagnostic"]  # group: separate engines, units named in words
+# group: separate engines, units named in words; level: a measured row of a seed figure (its n counts blocks)
+Kind = Literal["history", "paired", "group", "bound", "diagnostic", "level"]
 VERDICTS: tuple[str, ...] = ("pass", "regression", "improvement", "inconclusive")
 STATUSES: tuple[str, ...] = ("regression", "inconclusive", "improvement", "no-baseline", "pass", "report-only")
 

@@ -1,7 +1,8 @@
 """HTML report with matplotlib plots (``Figure`` objects, Agg canvas, no pyplot state).
 
-Plots only for metrics that are present. The report leads with what each scenario's verdicts promise
-(``report.forest``: a forest plot per scenario, per-block ratios per A/B), then the table.
+Plots only for metrics that are present. The report leads with the seed's figures where a run measured them
+(``report.seed``: each beside the seed's numbers, coloured by whether its shape reproduces), then what each
+scenario's verdicts promise (``report.forest``: a forest plot per scenario, per-block ratios per A/B), then the table.
 
 Plots: throughput vs concurrency per arm (``requests_per_s``/``output_tokens_per_s``/``copy_per_s``
 against the arm axis ``c`` or ``concurrency``), a bar chart per gated metric comparing arms (median
@@ -14,14 +15,17 @@ from __future__ import annotations
 import base64
 import html
 import io
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
 from matplotlib.figure import Figure
 
+from engine_fixtures.judge.levels import FigureResult
 from engine_fixtures.judge.summary import summarize
 from engine_fixtures.report.forest import ab_pairs, ab_ratios, forest
+from engine_fixtures.report.seed import draw, overall
 from engine_fixtures.report.table import COLUMNS, Row, ordered
 from engine_fixtures.store.files import atomic_write_text
 from engine_fixtures.store.results import ResultsFile, RunResult
@@ -120,10 +124,30 @@ def _promises(results: Sequence[RunResult], rows: Sequence[Row]) -> list[str]:
     return out
 
 
-def render_html(results: ResultsFile, rows: Sequence[Row], trends: Sequence[tuple[str, Figure]] = ()) -> str:
+def _seed_figures(figures: Sequence[FigureResult]) -> list[str]:
+    """Each seed figure drawn beside the seed's numbers (``report.seed``), then its points as a table."""
+    out = []
+    for f in figures:
+        cells = []
+        for lv in f.levels:
+            lo, hi = lv.interval
+            ci = f"{lo:.4g} to {hi:.4g}" if math.isfinite(lo) else "-"
+            seed = "-" if lv.seed is None else f"{lv.seed:.4g}"
+            cells.append(f"<tr><td>{html.escape(lv.series)}</td><td>{lv.x:g}</td><td>{lv.value:.4g}</td>"
+                         f"<td>{ci}</td><td>{lv.blocks}</td><td>{seed}</td></tr>")
+        out.append(f"<h2>the seed's figure {html.escape(f.id)}: {html.escape(f.title)} ({overall(f)})</h2>"
+                   f"{_png(draw(f))}<table border=1><tr><th>series</th><th>{html.escape(f.x_label)}</th>"
+                   f"<th>{html.escape(f.metric)}</th><th>95% CI</th><th>blocks</th><th>seed</th></tr>"
+                   + "".join(cells) + "</table>")
+    return out
+
+
+def render_html(results: ResultsFile, rows: Sequence[Row], trends: Sequence[tuple[str, Figure]] = (),
+                figures: Sequence[FigureResult] = ()) -> str:
     res = results.results
     parts = [f"<h1>Performance report</h1><p>machine <code>{html.escape(results.machine_key)}</code>, "
              f"commit <code>{html.escape(results.suite_commit)}</code>, {html.escape(results.date)}</p>"]
+    parts += _seed_figures(figures)
     parts += _promises(res, rows)
     parts.append("<table border=1><tr>" + "".join(f"<th>{c}</th>" for c in COLUMNS) + "</tr>")
     for r in ordered(rows):
@@ -150,6 +174,6 @@ def render_html(results: ResultsFile, rows: Sequence[Row], trends: Sequence[tupl
 
 
 def write_html(path: Path, results: ResultsFile, rows: Sequence[Row],
-               trends: Sequence[tuple[str, Figure]] = ()) -> Path:
-    atomic_write_text(path, render_html(results, rows, trends))
+               trends: Sequence[tuple[str, Figure]] = (), figures: Sequence[FigureResult] = ()) -> Path:
+    atomic_write_text(path, render_html(results, rows, trends, figures))
     return path

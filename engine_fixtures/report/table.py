@@ -38,7 +38,7 @@ class Row:
         delta = v.change_text(v.delta)
         catches = "-" if v.detectable is None else (
             f"{v.detectable:.1%}" if v.scale == "log" else f"{v.detectable:.3g}")
-        unit = {"paired": "blocks", "group": "groups"}.get(v.kind, "win")
+        unit = {"paired": "blocks", "group": "groups", "level": "blocks"}.get(v.kind, "win")
         n = f"{v.runs} runs" if v.runs else (f"{v.windows} {unit}" if v.windows else "-")
         return (self.scenario, self.arm, v.metric, value, base, delta, catches, n, v.status)
 

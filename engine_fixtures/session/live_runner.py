@@ -1,7 +1,8 @@
 """``LiveGroupRunner``: what the ``perf_live`` fixture does with a declared ``LiveGroup`` (one engine, many arms).
 
 ``perf_live.check(group, contrast) -> list[Verdict]``, ``perf_live.arm(group, name)``, ``perf_live.counter(group,
-bound)``. The first call of a session measures the group, once:
+bound)``, ``perf_live.figure(seed_figure)`` (one of the seed's figures as measured rows, ``scenarios.figures``). The
+first call of a session measures the group, once:
 1. starts (or reuses) the group's one engine (``--perf-candidate`` build; quota, GPUs and CPU set of this machine)
    and lints its effective configuration for hidden caps;
 2. loads a fresh engine until one probe segment completes a full concurrency of requests (its first requests
@@ -33,9 +34,12 @@ from engine_fixtures.engine.lint import check_caps
 from engine_fixtures.engine.proof import ArmProof
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import MeasurementError
+from engine_fixtures.judge.levels import FigureResult, figure_rows
 from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.profile.engine import ProfileSettings, explain_ab
+from engine_fixtures.scenarios.engine import EngineScenario
+from engine_fixtures.scenarios.figures import SeedFigure, measure_figure
 from engine_fixtures.scenarios.live import Arm, Contrast, LiveGroup
 from engine_fixtures.scenarios.live_runs import (
     BLOCK_KEY,
@@ -108,6 +112,22 @@ class LiveGroupRunner(GpuRunner):
         self.measure(group)
         return InvariantJudge(self.recorder, self.results).counter(replace(bound, arm=f"{group.id}/{bound.arm}"))
 
+    def figure(self, figure: SeedFigure) -> FigureResult:
+        """One of the seed's figures: its groups measured (once per session), each point's level with its interval
+        beside the seed's number, each shape's ratio; recorded as report-only rows and drawn in the report. A
+        point without windows is a ``MeasurementError``, never an empty row."""
+        __tracebackhide__ = True
+        for group in figure.groups():
+            self.measure(group)
+        result = measure_figure(figure, lambda g, arm: self.measure(g).windows[arm])
+        scenario = f"seed/{figure.id}"
+        rows = figure_rows(result)
+        for v in rows:
+            self.session.record_invariant(self.request.node.nodeid, scenario, v)
+        self.session.figures.append(result)
+        self.recorder.sections_for(scenario, {}, rows, f"the seed's figure {figure.id}: {figure.title}")
+        return result
+
     # ------------------------------------------------------------------ measuring, once per session
     def measure(self, group: LiveGroup) -> LiveRun:
         cached = self.results.group(f"live/{group.id}")
@@ -115,11 +135,13 @@ class LiveGroupRunner(GpuRunner):
             return cached.run
         timeline = Timeline()
         workload = group.engine.workload()
-        self.load.stream.prepare(workload)  # the client encodes the images while the engine starts
+        loads = {a.name: a.scenario(group.engine).workload() for a in group.arms}  # the load is switched live too
+        for w in dict.fromkeys([workload, *loads.values()]):
+            self.load.stream.prepare(w)  # the client encodes the images while the engine starts
         launch = self._launch(group)
         engine = self._engine(launch, timeline)
         if group.engine.lint:
-            check_caps(engine.config, group.engine.concurrency)
+            check_caps(engine.config, group.peak_concurrency)
         self.first_light(engine, workload, timeline)
         state = {"engine": engine}
         requests: dict[str, list[dict[str, Any]]] = {}  # per arm, the requests behind each window (in order)
@@ -134,7 +156,8 @@ class LiveGroupRunner(GpuRunner):
 
         def visit(arm: Arm, n: int) -> list[dict[str, float]]:
             eng = switch(arm)  # the first light warmed the engine: every visit warms up after its switch alike
-            plan = SegmentPlan(workload, n, self.settings.window_s, self.settings.warmup_s, self.settings.sample_hz)
+            plan = SegmentPlan(loads[arm.name], n, self.settings.window_s, self.settings.warmup_s,
+                               self.settings.sample_hz)
 
             def proved(before: ArmProof, after: ArmProof) -> None:
                 problems = arm_proof.live_arm_problems(eng.spec, arm.live(), before, after)
@@ -145,7 +168,9 @@ class LiveGroupRunner(GpuRunner):
             return measure_segment(eng, self.load.stream, plan, timeline, eng.instance, check=proved,
                                    requests=requests.setdefault(arm.name, []))
 
-        budget = live_budget(self.settings.repeats, self.settings.max_repeats)
+        rows = group.row_blocks  # measured rows only: nothing to decide, so exactly their blocks
+        budget = (live_budget(self.settings.repeats, self.settings.max_repeats) if rows is None
+                  else Budget(rows, 1, rows))
         run = measure_live(group, budget, visit,
                            lambda w, a: open_cells(group, w, budget=budget.maximum, alpha=a,
                                                    floor=self.recorder.floor),
@@ -200,9 +225,9 @@ class LiveGroupRunner(GpuRunner):
                     "block_order": list(run.order), "blocks": run.blocks, "looks": run.progress.looks,
                     "alpha_per_look": run.alpha_per_look, "budget_blocks": run.budget_blocks,
                     "undecided_at_budget": list(run.progress.undecided), "requests": requests.get(arm.name, [])}
-            result = engine_result(engine, group.engine, [w for _, w in windows], self.settings, meta,
+            result = engine_result(engine, arm.scenario(group.engine), [w for _, w in windows], self.settings, meta,
                                    timeline=timeline, key=key, arm={**launch.with_(cpu_quota=cores).arm,
-                                                                    **_live_axes(arm, launch)})
+                                                                    **_live_axes(arm, group.engine, launch)})
             self.results.put(f"{group.id}/{arm.name}", result)
             pools[arm.name] = session_verdicts(self.session, result, floor=self.recorder.floor)
             base = self.session.store.load(result.scenario)
@@ -211,8 +236,12 @@ class LiveGroupRunner(GpuRunner):
         return pools
 
 
-def _live_axes(arm: Arm, launch: EngineSpec) -> dict[str, str]:
-    axes = {"live_arm": arm.name}
+def _live_axes(arm: Arm, engine: EngineScenario, launch: EngineSpec) -> dict[str, str]:
+    load = arm.scenario(engine)
+    axes = {"live_arm": arm.name, "c": str(load.concurrency)}
+    if load.image_px != engine.image_px or load.image_content != engine.image_content:
+        axes["px"] = str(load.image_px)
+        axes["img"] = load.image_content
     if launch.mm_feature_transport == "cpu":
         axes["copy"] = arm.copy
     else:

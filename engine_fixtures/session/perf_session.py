@@ -81,6 +81,7 @@ class PerfSession:
         self.run_token = uuid.uuid4().hex[:8]  # two runs in one second are still two runs
         self.history_note = ""
         self.profiles = ProfileBook()  # differential profiles (--perf-profile), taken after the verdicts
+        self.figures: list[Any] = []  # the seed's figures measured in this run (judge.levels.FigureResult)
 
     def record(self, nodeid: str, result: RunResult, verdicts: Sequence[Verdict],
                baseline_path: Path | None) -> None:
@@ -154,7 +155,7 @@ class PerfSession:
         self.written = [results_path, out / "summary.md"]
         try:
             self.written.append(write_html(out / "report.html", results, self.rows(),
-                                           [*self.profiles.figures(), *trends]))
+                                           [*self.profiles.figures(), *trends], self.figures))
         except Exception as exc:  # a plot failure must not hide the verdicts
             self.errors.append(f"HTML report failed: {type(exc).__name__}: {exc}")
         step = os.environ.get("GITHUB_STEP_SUMMARY")

@@ -16,13 +16,18 @@ TEST_FILE = """
 import pytest
 from engine_fixtures import Arm, Contrast, EngineScenario, LiveGroup
 from engine_fixtures.errors import InvariantViolated
+from engine_fixtures.scenarios.figures import Point, SeedFigure, Shape
 
 STUB = ("-m", "engine_fixtures.testing.stub_engine", "--stub-image-kb", "16", "--stub-torch-copy-ms", "25")
 METRICS = ("requests_per_s", "ttft_p50_ms")
 GROUP = LiveGroup("stub", EngineScenario("stub", concurrency=2, output_tokens=8, launcher=STUB, copy="buffer"),
-                  arms=(Arm("buffer", copy="buffer"), Arm("torch", copy="torch")),
+                  arms=(Arm("buffer", copy="buffer"), Arm("torch", copy="torch"),
+                        Arm("buffer-c1", copy="buffer", concurrency=1, blocks=2)),
                   contrasts=(Contrast("buffer >= torch", "torch", "buffer", metrics=METRICS),
                              Contrast("torch >= buffer", "buffer", "torch", metrics=METRICS)))
+FIGURE = SeedFigure("stub-c", "stub throughput against concurrency", "requests_per_s",
+                    (Point("buffer", 1, GROUP, "buffer-c1", 1.0), Point("buffer", 2, GROUP, "buffer", 2.0)),
+                    (Shape("buffer scales from C=1 to C=2", ("buffer", 2), ("buffer", 1), 1.2),))
 
 
 @pytest.mark.perf
@@ -42,6 +47,12 @@ def test_torch_does_not_beat_buffer(perf_live):
 @pytest.mark.parametrize("arm", ["buffer", "torch"])
 def test_arm_pool(perf_live, arm):
     perf_live.arm(GROUP, arm)
+
+
+def test_seed_figure(perf_live):
+    result = perf_live.figure(FIGURE)
+    assert [lv.blocks for lv in result.levels] == [2, perf_live.measure(GROUP).blocks]
+    assert result.shapes[0].status in ("reproduced", "undecided", "not reproduced")
 """
 
 
@@ -53,12 +64,18 @@ def test_live_arms_on_one_stub_engine_decide_in_one_run(pytester: pytest.Pyteste
         str(out), "--perf-model-shape", "tiny", "--perf-repeats", "3", "--perf-max-repeats", "5",
         "--perf-window-s", "0.4", "--perf-warmup-s", "0.1", "--perf-strict", "yes", "--perf-cpu-quota", "none",
         "--perf-profile", "off", timeout=600)
-    r.assert_outcomes(passed=1, xfailed=1, skipped=2)
+    r.assert_outcomes(passed=2, xfailed=1, skipped=2)
     r.stdout.fnmatch_lines(["*no-baseline*"])
     (path,) = out.glob("results-*.json")
     data = json.loads(path.read_text())
     arms = {res["metadata"]["live_arm"]: res for res in data["results"] if res["scenario"].endswith("/live")}
-    assert set(arms) == {"buffer", "torch"}
+    assert set(arms) == {"buffer", "torch", "buffer-c1"}
+    c1 = arms.pop("buffer-c1")  # a measured row: its own load (C=1, switched live), its first two blocks only
+    assert "/c=1/" in c1["scenario"]
+    assert c1["arm"]["c"] == "1"
+    assert sorted(set(c1["metadata"]["window_block"])) == [0, 1]
+    assert "the seed's figure stub-c" in (out / "report.html").read_text()
+    assert "| seed/stub-c |" in (out / "summary.md").read_text()
     for res in arms.values():
         meta = res["metadata"]
         n = len(res["samples"]["requests_per_s"])
