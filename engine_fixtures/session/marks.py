@@ -21,6 +21,8 @@ MARKERS: dict[str, str] = {
     "when the installed release moved them (a layout this suite does not know), so nothing is measured in the "
     "wrong place; --perf-require-sglang VERSION makes the skip an error too.",
     "soak": "the harness under faults for many cycles (the full soak; always also marked slow).",
+    "smoke": "the GPU tier's per-pull-request subset: regressions 1 and 2 on small live groups of their own (about 6 "
+    "minutes on a fresh runner); the nightly seed matrix deselects it (-m 'not smoke').",
 }
 
 # A test with one of these measures: it never runs under xdist, and its run takes the machine lock first.
@@ -36,6 +38,7 @@ MARKER_KWARGS: dict[str, frozenset[str]] = {
     "cpu_tier": frozenset(),
     "sglang": frozenset(),
     "soak": frozenset(),
+    "smoke": frozenset(),
 }
 
 

@@ -6,11 +6,11 @@
 #   bash scripts/gpu/kill_cycles.sh [N] [pytest/--perf-* options...]
 # ENGINE=stub runs the same cycles against the stub engine on a CPU box (how it was exercised so far: the H200
 # had no device time left). On the H200 pass --perf-cgroup-parent /sys/fs/cgroup (its leaf has no cpu).
-# Writes $OUT (default /tmp/perf-kill-cycles): run<i>.log, final.log, summary.txt. Exit 0 iff all checks hold.
+# Writes $OUT (default .perf-gpu/kill-cycles under the repository root): run<i>.log, final.log, summary.txt. Exit 0 iff all checks hold.
 set -uo pipefail
 N=${1:-10}; shift || true
-OUT=${OUT:-/tmp/perf-kill-cycles}; mkdir -p "$OUT"
-WORK=$(mktemp -d /tmp/perf-kill-XXXXXX); STATE=$WORK/state; RESULTS=$WORK/results
+OUT=${OUT:-$(pwd)/.perf-gpu/kill-cycles}; mkdir -p "$OUT"
+WORK=$(mktemp -d -t perf-kill-XXXXXX); STATE=$WORK/state; RESULTS=$WORK/results
 QUOTA=${QUOTA:-$([ "${ENGINE:-sglang}" = stub ] && echo 0.5 || echo 4)}
 if [ "${ENGINE:-sglang}" = stub ]; then
   PARAM="{'launcher': ('-m', 'engine_fixtures.testing.stub_engine'), 'name': 'stub', 'proof': False, 'cpu_quota': $QUOTA, 'extra_args': ('--stub-shm-mb', '1')}"

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The GPU tier on a self-hosted GPU runner, step by step, each step one pytest session, timed.
+#
+# Run from the repository root, on a runner where SGLang and the suite import (pip-installed, or an unpacked
+# offline site dir given as SITE):
+#   bash scripts/gpu/gpu_tier.sh STEP [STEP ...]
+#
+# Steps:
+#   matrix     the nightly seed matrix, as `tox -e perf-gpu` runs it: every contrast of the two live engines (one
+#              per transport), the seed's figures as measured rows, the transport group, PP (skipped below its
+#              GPU count); strict; prints the verdict table; results and report.html in $WORK/matrix-<n>/results
+#   smoke      the per-pull-request subset (`-m smoke`): regressions 1 and 2 on two small live groups
+#   pool       one independent run of the smoke subset that adds its arms to this host's pools
+#              (--perf-update-baselines, given here and nowhere else): run it K >= 3 times, minutes apart, then
+#              review `perf-baseline show --baseline-dir $BASELINES` and commit what it wrote
+#   null       a null A/B (the installed build on both sides, --perf-reference installed): fresh engine pairs
+#              started one at a time with equal KV pools; it adds its pairs to this host's A/A history
+#   patch      the A/B of a candidate carrying the slow-scheduler patch sized to PATCH_PCT (15) % of the last
+#              null run's reference TPOT p50
+#   transport  the transport group alone: cpu (buffer copy) vs cuda_ipc (cache on), fresh engine pairs
+#   cv         the within-run CV of req/s (counted vs continuous) over the last matrix run's windows
+#
+# Environment (all optional):
+#   WORK       where every step writes (default: .perf-gpu under the repository root); steps of one machine share it
+#   BASELINES  the pools judged against and written by `pool` (default: the repository's baselines/)
+#   SITE       a directory of unpacked packages put first on PYTHONPATH (an offline runner); empty: none
+#   BUDGET_S   seconds for all steps of this call (default 3600); a step starts only while its guard is left
+#   PERF_CGROUP_PARENT  the cgroup v2 directory that gets the engines' CPU sandboxes (a runner whose job cgroup
+#              lacks the cpu controller; the lent H200 needs /sys/fs/cgroup); empty: the suite's own choice
+#   ARGS       more pytest arguments for every step (e.g. --perf-profile off); MATRIX_ARGS, SMOKE_ARGS,
+#              AB_ARGS (null, patch, transport) for some of them
+#   OUT        if set, everything in $WORK is packed into $OUT/gpu-tier.tgz at the end (with $BASELINES)
+# No step writes a pool unless it is `pool`. Exit status: the last failed step's pytest status, else 0.
+set -uo pipefail
+T0=$(date +%s); BUDGET_S=${BUDGET_S:-3600}
+ROOT=$(pwd); WORK=${WORK:-$ROOT/.perf-gpu}; BASELINES=${BASELINES:-$ROOT/baselines}; mkdir -p "$WORK/logs"
+left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
+log() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+pack() {
+  [ -n "${OUT:-}" ] || return 0
+  tar czf "$OUT/gpu-tier.tgz" -C "$WORK" --exclude='bt-*' . -C "$(dirname "$BASELINES")" "$(basename "$BASELINES")"
+}
+trap pack EXIT
+# SGLang finds the suite's arms plugin (engine_fixtures.sglang_plugin) through this entry-point directory.
+PLUG=$WORK/plugin-path
+PYTHONPATH=${SITE:+$SITE:}$ROOT${PYTHONPATH:+:$PYTHONPATH} python3 -m engine_fixtures.sglang_plugin.distinfo "$PLUG" \
+  >/dev/null || { log "the suite does not import here (SITE=${SITE:-unset})"; exit 2; }
+export PYTHONPATH=$PLUG:${SITE:+$SITE:}$ROOT${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 PERF_STRICT=${PERF_STRICT:-yes}
+# py-spy for the differential profiles, where the offline site carries it (unzipped without its exec bit)
+if [ -n "${SITE:-}" ] && PYSPY=$(ls "$SITE"/py_spy-*.data/scripts/py-spy 2>/dev/null | head -1) && [ -n "$PYSPY" ]; then
+  chmod +x "$PYSPY" && export PERF_PY_SPY=$PYSPY
+fi
+{ nproc; nvidia-smi --query-gpu=name,driver_version,uuid --format=csv,noheader; uname -r; date -u; } \
+  > "$WORK/logs/machine-$T0.txt" 2>&1
+log "ready: $(tr '\n' ' ' < "$WORK/logs/machine-$T0.txt")"
+# The plugin is pytest11 entry points when the suite is pip-installed; from a checkout on PYTHONPATH, name it.
+PLUGINS=()
+python3 -c "import importlib.metadata as m, sys; sys.exit(not any(e.value == 'engine_fixtures.plugin' for e in \
+  m.entry_points(group='pytest11')))" || PLUGINS=(-p engine_fixtures.plugin -p engine_fixtures.fixtures)
+PYTEST=(python3 -m pytest "${PLUGINS[@]}" -p no:cacheprovider -rA --perf-require-gpu 1 --perf-engine-timeout 420
+        --perf-baseline-dir "$BASELINES" ${PERF_CGROUP_PARENT:+--perf-cgroup-parent "$PERF_CGROUP_PARENT"})
+STATUS=0
+run() {  # run NAME GUARD_S PYTEST_ARGS...: one pytest session, timed, into $WORK/NAME-<n>
+  local name=$1 guard=$2; shift 2
+  [ "$(left)" -lt "$guard" ] && { log "skip $name: $(left) s left of BUDGET_S, it needs $guard"; return 0; }
+  local n; n=$(ls -d "$WORK/$name"-* 2>/dev/null | wc -l); local d="$WORK/$name-$((n + 1))"; mkdir -p "$d"
+  local s; s=$(date +%s)
+  # --perf-history-url keeps every run of this runner (the trend plots, `perf-baseline update --from-runs`)
+  timeout $(( $(left) - 5 )) "${PYTEST[@]}" --basetemp "$WORK/bt-$name" --perf-results-dir "$d/results" \
+    --perf-history-url "sqlite:///$WORK/history.sqlite" ${ARGS:-} "$@" > "$d/pytest.log" 2>&1
+  local rc=$?
+  [ "$rc" -ne 0 ] && STATUS=$rc
+  echo "rc=$rc wall_s=$(( $(date +%s) - s ))" > "$d/wall.txt"
+  log "$name rc=$rc wall $(( $(date +%s) - s )) s: $(grep -E '^=+ .*(passed|failed|error|skipped).* in ' "$d/pytest.log" | tail -1)"
+  for e in "$WORK/bt-$name"/engines*/*/; do   # engine logs and arm proofs, kept beside the results
+    [ -d "$e" ] || continue; mkdir -p "$d/engines/$(basename "$e")"
+    cp "$e/engine.log" "$d/engines/$(basename "$e")/" 2>/dev/null
+    cp -r "$e/proof" "$d/engines/$(basename "$e")/" 2>/dev/null
+  done
+  rm -rf "$WORK/bt-$name"
+}
+last() { ls -d "$WORK/$1"-* 2>/dev/null | sort -V | tail -1; }
+TIER=perf_tests/sglang/gpu_tier
+patch_ms() {  # PATCH_PCT % of the reference build's TPOT p50 in the last null run
+  python3 - "$(ls "$(last null)"/results/results-*.json | tail -1)" "${PATCH_PCT:-15}" <<'PY'
+import json, sys, statistics
+data = json.load(open(sys.argv[1]))
+ref = [r for r in data["results"] if r["scenario"].endswith("/build=reference")][0]
+print(f"{statistics.mean(ref['samples']['tpot_p50_ms']) * float(sys.argv[2]) / 100:.3f}")
+PY
+}
+for step in "$@"; do
+  case "$step" in
+    matrix) run matrix 600 "$TIER" -m "(gpu_tier or gpu) and not smoke" ${MATRIX_ARGS:-} ;;
+    smoke) run smoke 300 "$TIER" -m smoke ${SMOKE_ARGS:-} ;;
+    pool) run pool 300 "$TIER" -m smoke --perf-update-baselines ${SMOKE_ARGS:-} ;;
+    null) run null 240 "$TIER/test_groups.py" -k build_ab --perf-reference installed ${AB_ARGS:-} ;;
+    patch)
+      ms=$(patch_ms) || { log "patch: no null run to size the patch from"; continue; }
+      log "patch: slow-scheduler=$ms ms (${PATCH_PCT:-15} % of the reference TPOT p50)"
+      run patch 200 "$TIER/test_groups.py" -k build_ab --perf-reference installed \
+        --perf-candidate "patch:slow-scheduler=$ms" ${AB_ARGS:-} ;;
+    transport) run transport 200 "$TIER/test_groups.py" -k transport_group ${AB_ARGS:-} ;;
+    cv)
+      python3 -m engine_fixtures.scenarios.rate_study "$(ls "$(last matrix)"/results/results-*.json | tail -1)" \
+        > "$WORK/logs/cv.md" 2>&1
+      log "cv rc=$?"; cat "$WORK/logs/cv.md" ;;
+    *) log "unknown step $step (steps: matrix smoke pool null patch transport cv)"; exit 2 ;;
+  esac
+done
+exit "$STATUS"
