@@ -28,7 +28,8 @@
 #   PERF_CGROUP_PARENT  the cgroup v2 directory that gets the engines' CPU sandboxes (a runner whose job cgroup
 #              lacks the cpu controller; the lent H200 needs /sys/fs/cgroup); empty: the suite's own choice
 #   ARGS       more pytest arguments for every step (e.g. --perf-profile off); MATRIX_ARGS, SMOKE_ARGS,
-#              AB_ARGS (null, patch, transport) for some of them
+#              AB_ARGS (null, patch, transport) for some of them (split on spaces)
+#   K          a pytest -k expression applied to every step: a part of a step (e.g. K="cpu-quota or 2x2")
 #   OUT        if set, everything in $WORK is packed into $OUT/gpu-tier.tgz at the end (with $BASELINES)
 # No step writes a pool unless it is `pool`. Exit status: the last failed step's pytest status, else 0.
 set -uo pipefail
@@ -67,7 +68,7 @@ run() {  # run NAME GUARD_S PYTEST_ARGS...: one pytest session, timed, into $WOR
   local s; s=$(date +%s)
   # --perf-history-url keeps every run of this runner (the trend plots, `perf-baseline update --from-runs`)
   timeout $(( $(left) - 5 )) "${PYTEST[@]}" --basetemp "$WORK/bt-$name" --perf-results-dir "$d/results" \
-    --perf-history-url "sqlite:///$WORK/history.sqlite" ${ARGS:-} "$@" > "$d/pytest.log" 2>&1
+    --perf-history-url "sqlite:///$WORK/history.sqlite" ${K:+-k "$K"} ${ARGS:-} "$@" > "$d/pytest.log" 2>&1
   local rc=$?
   [ "$rc" -ne 0 ] && STATUS=$rc
   echo "rc=$rc wall_s=$(( $(date +%s) - s ))" > "$d/wall.txt"
