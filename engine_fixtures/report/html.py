@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 from engine_fixtures.judge.levels import FigureResult
 from engine_fixtures.judge.summary import summarize
 from engine_fixtures.report.forest import ab_pairs, ab_ratios, forest
-from engine_fixtures.report.seed import draw, overall
+from engine_fixtures.report.seed import draw, overall, write_pngs
 from engine_fixtures.report.table import COLUMNS, Row, ordered
 from engine_fixtures.store.files import atomic_write_text
 from engine_fixtures.store.results import ResultsFile, RunResult
@@ -176,4 +176,5 @@ def render_html(results: ResultsFile, rows: Sequence[Row], trends: Sequence[tupl
 def write_html(path: Path, results: ResultsFile, rows: Sequence[Row],
                trends: Sequence[tuple[str, Figure]] = (), figures: Sequence[FigureResult] = ()) -> Path:
     atomic_write_text(path, render_html(results, rows, trends, figures))
+    write_pngs(figures, path.parent)  # the seed's figures as pictures beside the report
     return path

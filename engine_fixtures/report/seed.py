@@ -10,8 +10,11 @@ each shape is listed under the plot with its ratio, interval and status.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from pathlib import Path
 
 from matplotlib.figure import Figure
+from PIL import Image
 
 from engine_fixtures.judge.levels import FigureResult
 
@@ -56,7 +59,8 @@ def draw(fig: FigureResult) -> Figure:
             if lv.seed is not None:
                 ax.plot([i], [lv.seed], marker="s", mfc="none", mec="black", ms=9, ls="none",
                         label="seed" if i == 0 else None)
-        ax.set_xticks(range(len(fig.levels)), [f"{lv.series}\n{lv.x:g}" if lv.x else lv.series for lv in fig.levels],
+        one_x = len({lv.x for lv in fig.levels}) == 1
+        ax.set_xticks(range(len(fig.levels)), [lv.series if one_x else f"{lv.series}\n{lv.x:g}" for lv in fig.levels],
                       fontsize=7)
     ax.set_xlabel(fig.x_label)
     ax.set_ylabel(f"{fig.metric} ({fig.unit})" if fig.unit else fig.metric)
@@ -70,7 +74,7 @@ def draw(fig: FigureResult) -> Figure:
     for i, text in enumerate(lines):
         colour = STATUS_COLOUR.get(fig.shapes[i].status, "black") if i < len(fig.shapes) else "grey"
         out.text(0.01, 0.01 + 0.045 * (len(lines) - 1 - i), text, fontsize=7, color=colour)
-    out.subplots_adjust(bottom=0.2 + 0.05 * len(lines))
+    out.subplots_adjust(bottom=0.16 + 0.05 * len(lines))
     return out
 
 
@@ -79,3 +83,27 @@ def _half(lv, side: int) -> float:  # type: ignore[no-untyped-def]
     if not math.isfinite(lo):
         return 0.0
     return lv.value - lo if side == 0 else hi - lv.value
+
+
+def write_pngs(figures: Sequence[FigureResult], out: Path, dpi: int = 90) -> list[Path]:
+    """Each figure as ``seed-<id>.png`` in ``out`` and all of them on one sheet, ``seed-figures.png`` (two columns):
+    the pictures a reader opens without the HTML."""
+    if not figures:
+        return []
+    paths = []
+    for f in figures:
+        path = out / f"seed-{f.id}.png"
+        draw(f).savefig(path, format="png", dpi=dpi, bbox_inches="tight")
+        paths.append(path)
+    sizes = []
+    for p in paths:
+        with Image.open(p) as img:
+            sizes.append(img.size)
+    w, h = max(s[0] for s in sizes), max(s[1] for s in sizes)
+    cols = 2 if len(paths) > 1 else 1
+    sheet = Image.new("RGB", (cols * w, -(-len(paths) // cols) * h), "white")
+    for k, p in enumerate(paths):
+        with Image.open(p) as img:
+            sheet.paste(img.convert("RGB"), ((k % cols) * w, (k // cols) * h))
+    sheet.save(out / "seed-figures.png")
+    return [*paths, out / "seed-figures.png"]

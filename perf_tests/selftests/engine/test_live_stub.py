@@ -75,6 +75,8 @@ def test_live_arms_on_one_stub_engine_decide_in_one_run(pytester: pytest.Pyteste
     assert c1["arm"]["c"] == "1"
     assert sorted(set(c1["metadata"]["window_block"])) == [0, 1]
     assert "the seed's figure stub-c" in (out / "report.html").read_text()
+    assert (out / "seed-stub-c.png").stat().st_size
+    assert (out / "seed-figures.png").stat().st_size
     assert "| seed/stub-c |" in (out / "summary.md").read_text()
     for res in arms.values():
         meta = res["metadata"]

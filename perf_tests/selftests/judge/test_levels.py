@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 
 import pytest
+from PIL import Image
 from scipy import stats
 
 from engine_fixtures.errors import ConfigError, MeasurementError
 from engine_fixtures.judge.levels import FigureResult, block_means, figure_rows, gap, level, ratio_row
-from engine_fixtures.report.seed import draw, overall
+from engine_fixtures.report.seed import draw, overall, write_pngs
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.figures import Point, SeedFigure, Shape, measure_figure
 from engine_fixtures.scenarios.live import Arm, LiveGroup
@@ -44,7 +45,7 @@ def test_a_shape_is_reproduced_only_when_its_whole_interval_is_on_the_seeds_side
     assert ratio_row("s/0", slow, level("z", 1, [0.0, 0.0], "z"), 1.0, ">=", 1).status == "undecided"
 
 
-def test_a_figure_measured_from_live_arms_reads_as_rows_and_draws() -> None:
+def test_a_figure_measured_from_live_arms_reads_as_rows_and_draws(tmp_path) -> None:  # type: ignore[no-untyped-def]
     cpu = LiveGroup("cpu", EngineScenario("cpu", transport="cpu"), arms=(Arm("c16"), Arm("c4", concurrency=4)))
     ipc = LiveGroup("ipc", EngineScenario("ipc", transport="cuda_ipc"), arms=(Arm("c16"), Arm("c4", concurrency=4)))
     data = {("cpu", "c16"): [8.6, 8.7, 8.8], ("cpu", "c4"): [6.4, 6.5, 6.6], ("ipc", "c16"): [25.0, 26.0, 25.5],
@@ -66,6 +67,10 @@ def test_a_figure_measured_from_live_arms_reads_as_rows_and_draws() -> None:
     assert "over 3 blocks" in rows[1].message
     assert "instance offset" in rows[-1].message  # across two engines, said
     assert draw(result).axes
+    written = write_pngs([result, result], tmp_path)
+    assert [p.name for p in written] == ["seed-t.png", "seed-t.png", "seed-figures.png"]
+    with Image.open(tmp_path / "seed-figures.png") as sheet, Image.open(tmp_path / "seed-t.png") as one:
+        assert sheet.width == 2 * one.width
     empty = FigureResult("e", "e", "ipc_opens_per_image", "", "bars", "x", "", result.levels, ())
     assert overall(empty) == "measured"
     with pytest.raises(ConfigError, match="not declared"):
