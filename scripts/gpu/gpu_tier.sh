@@ -92,7 +92,7 @@ PY
 }
 for step in "$@"; do
   case "$step" in
-    matrix) run matrix 600 "$TIER" -m "(gpu_tier or gpu) and not smoke" ${MATRIX_ARGS:-} ;;
+    matrix) run matrix 300 "$TIER" -m "(gpu_tier or gpu) and not smoke" ${MATRIX_ARGS:-} ;;
     smoke) run smoke 300 "$TIER" -m smoke ${SMOKE_ARGS:-} ;;
     pool) run pool 300 "$TIER" -m smoke --perf-update-baselines ${SMOKE_ARGS:-} ;;
     null) run null 240 "$TIER/test_groups.py" -k build_ab --perf-reference installed ${AB_ARGS:-} ;;
