@@ -4,8 +4,8 @@ Qwen3-VL-4B (the 4B shape), one fresh image per request, 64 input / 32 output to
 one engine (``LiveGroup``); on it the copy path, the thread cap, the IPC pool-handle cache, the CPU quota, the
 concurrency and the image size are arms, served in mirrored blocks, so the offset between two engine starts cancels
 in every contrast between arms of one engine. The contrasts (``Contrast``) are the seed's invariants, judged as
-verdicts (``test_live_arms.py``); the arms marked ``blocks=3`` are measured rows for the seed's figures
-(``FIGURES``, ``test_seed_figures.py``): three blocks give each level an interval without holding up the contrasts.
+verdicts; the arms marked ``blocks=3`` are measured rows for the seed's figures (``FIGURES``): three blocks give each
+level an interval without holding up the contrasts (both in ``test_seed_matrix.py``, in launch order).
 The rows that set one transport beside the other (the concurrency sweep, the image sizes) are groups of their own on
 the same two launches (``CPU_ROWS``, ``IPC_ROWS``), so that a session of the figures alone measures only them.
 Transport itself is a launch, so the verdict across transports is a group of engines (``test_groups.py``); the
@@ -118,19 +118,9 @@ def _ipc(metric: str, title: str, shape: Shape | None) -> SeedFigure:
                       source="the seed's issue, Qwen2.5-VL-3B on an H100: +16 % throughput, -17 % TPOT with the cache")
 
 
+# In launch order (test_seed_matrix.py runs them so): the cpu group's own figures first, while its engine is live, then
+# the rows across transports (cpu rows, then cuda_ipc rows: the cuda_ipc launch starts), then the cuda_ipc group's.
 FIGURES: tuple[SeedFigure, ...] = (
-    SeedFigure("transport-requests_per_s", "throughput against concurrency, per transport (quarter quota)",
-               "requests_per_s",
-               tuple(Point(name, c, group, f"stock-c{c}", seed) for name, group, seeds in
-                     (("cpu", CPU_ROWS, (3.3, 6.5, 8.7)), ("cuda_ipc", IPC_ROWS, (3.6, 11.1, 25.7)))
-                     for c, seed in zip((1, 4, 16), seeds, strict=True)),
-               (Shape("cuda_ipc scales from C=4 to C=16", ("cuda_ipc", 16), ("cuda_ipc", 4), 1.5),
-                Shape("cpu does not scale from C=4 to C=16", ("cpu", 16), ("cpu", 4), 1.5, "<="),
-                Shape("cuda_ipc beats cpu at C=16", ("cuda_ipc", 16), ("cpu", 16), 1.5)), source=H100),
-    _transport("ttft_p50_ms", (1483, 335), "TTFT p50 at C=16, per transport (quarter quota)",
-               Shape("cpu's TTFT is a multiple of cuda_ipc's", ("cpu", 16), ("cuda_ipc", 16), 2.0)),
-    _transport("gpu_util_mean", (26, 76), "GPU busy at C=16, per transport (quarter quota)",
-               Shape("cuda_ipc keeps the GPU busier", ("cuda_ipc", 16), ("cpu", 16), 1.5)),
     _two_by_two("requests_per_s", (8.6, 23.4, 23.2, 23.0), "throughput, copy x thread cap",
                 (Shape("stock with default threads is the slow corner", ("stock, default threads", 16),
                        ("buffer, default threads", 16), 0.7, "<="),
@@ -146,6 +136,18 @@ FIGURES: tuple[SeedFigure, ...] = (
                        ("buffer, default threads", 16), 2.0),
                  Shape("capped stock still costs more CPU than the buffer copy", ("stock, 8 threads", 16),
                        ("buffer, default threads", 16), 1.5))),
+    SeedFigure("transport-requests_per_s", "throughput against concurrency, per transport (quarter quota)",
+               "requests_per_s",
+               tuple(Point(name, c, group, f"stock-c{c}", seed) for name, group, seeds in
+                     (("cpu", CPU_ROWS, (3.3, 6.5, 8.7)), ("cuda_ipc", IPC_ROWS, (3.6, 11.1, 25.7)))
+                     for c, seed in zip((1, 4, 16), seeds, strict=True)),
+               (Shape("cuda_ipc scales from C=4 to C=16", ("cuda_ipc", 16), ("cuda_ipc", 4), 1.5),
+                Shape("cpu does not scale from C=4 to C=16", ("cpu", 16), ("cpu", 4), 1.5, "<="),
+                Shape("cuda_ipc beats cpu at C=16", ("cuda_ipc", 16), ("cpu", 16), 1.5)), source=H100),
+    _transport("ttft_p50_ms", (1483, 335), "TTFT p50 at C=16, per transport (quarter quota)",
+               Shape("cpu's TTFT is a multiple of cuda_ipc's", ("cpu", 16), ("cuda_ipc", 16), 2.0)),
+    _transport("gpu_util_mean", (26, 76), "GPU busy at C=16, per transport (quarter quota)",
+               Shape("cuda_ipc keeps the GPU busier", ("cuda_ipc", 16), ("cpu", 16), 1.5)),
     SeedFigure("resolution-ttft_p50_ms", "cpu minus cuda_ipc TTFT p50 against image size (same image, C=1)",
                "ttft_p50_ms",
                tuple(Point("cpu - cuda_ipc", px, CPU_ROWS, f"res-{px}", seed, minus=(IPC_ROWS, f"res-{px}"))

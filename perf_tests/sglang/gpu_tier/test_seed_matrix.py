@@ -1,4 +1,5 @@
-"""GPU tier: the seed's invariants as contrasts between arms of one live engine per transport (``seed_matrix``).
+"""GPU tier: the seed matrix (``seed_matrix``): its invariants as contrasts between arms of one live engine per
+transport, and its published figures as measured rows beside the seed's numbers.
 
 Regressions 1 and 2 are contrasts between arms of one engine (``LiveGroup``): the arms are served in mirrored blocks
 (A B B A) on the same engine instance, so the offset between two engine starts (TPOT 3 %, TTFT 5 % on the 4B
@@ -6,7 +7,16 @@ shape) cancels, and a fresh runner decides them in one run with no pool and no s
 throughput, TTFT and TPOT, the CPU per request of the role its arms differ in, and GPU utilisation. Releases known
 to carry a regression are strict xfails with ``raises=InvariantViolated``: a fixed release turns the run red until
 its declaration moves. Each contrast arm is also judged against this host's own pool where one was recorded (drift
-over time on one runner); a fresh host says ``no-baseline`` there and names the command that records one. The
+over time on one runner); a fresh host says ``no-baseline`` there and names the command that records one.
+
+The seed's figures (``FIGURES``) are levels of live arms with their intervals over the blocks; each shape says
+whether this run reproduces the seed's (``reproduced``, ``not reproduced`` or ``undecided`` from the interval of its
+ratio). They are measured rows, never verdicts, and the report draws them; a figure fails only when a point was not
+measured (no window, zero completed requests).
+
+The tests are in launch order, so that each of the two launches starts once per session (the factory keeps one
+engine live): everything on the cpu launch, then the figures (those of the cpu group first, then the rows across
+transports, whose cuda_ipc half starts the cuda_ipc launch), then everything else on the cuda_ipc launch. The
 per-pull-request smoke subset (``-m smoke``) decides regressions 1 and 2 alone on two small groups of the same
 launches.
 """
@@ -16,7 +26,17 @@ from __future__ import annotations
 import pytest
 
 from engine_fixtures import Contrast, LiveGroup, known_regression
-from perf_tests.sglang.gpu_tier.seed_matrix import ADMITS, CPU, IPC, KNOWN, SMOKE_CPU, SMOKE_IPC, STOCK_IPC
+from engine_fixtures.scenarios.figures import SeedFigure
+from perf_tests.sglang.gpu_tier.seed_matrix import (
+    ADMITS,
+    CPU,
+    FIGURES,
+    IPC,
+    KNOWN,
+    SMOKE_CPU,
+    SMOKE_IPC,
+    STOCK_IPC,
+)
 
 pytestmark = [pytest.mark.gpu(1), pytest.mark.gpu_tier]
 
@@ -26,12 +46,30 @@ def _contrasts(group: LiveGroup) -> list:
             for c in group.contrasts]
 
 
+def _pool_arms(group: LiveGroup) -> list:
+    return [pytest.param(group, a.name, id=f"{group.id}/{a.name}") for a in group.arms if a.blocks is None]
+
+
+# ---------------------------------------------------------------------------------------------- the cpu launch
 @pytest.mark.perf
 @pytest.mark.parametrize("contrast", _contrasts(CPU))
 def test_cpu_transport_contrast(contrast: Contrast, perf_live) -> None:  # type: ignore[no-untyped-def]
     perf_live.check(CPU, contrast)
 
 
+@pytest.mark.perf
+@pytest.mark.parametrize(("group", "arm"), _pool_arms(CPU))
+def test_cpu_arm_against_this_hosts_pool(group: LiveGroup, arm: str, perf_live) -> None:  # type: ignore[no-untyped-def]
+    perf_live.arm(group, arm)
+
+
+# ------------------------------------------------------ the figures: cpu group, rows across transports, cuda_ipc
+@pytest.mark.parametrize("figure", [pytest.param(f, id=f.id) for f in FIGURES])
+def test_seed_figure(figure: SeedFigure, perf_live) -> None:  # type: ignore[no-untyped-def]
+    perf_live.figure(figure)
+
+
+# ----------------------------------------------------------------------------------------- the cuda_ipc launch
 @pytest.mark.perf
 @pytest.mark.parametrize("contrast", _contrasts(IPC))
 def test_cuda_ipc_contrast(contrast: Contrast, perf_live) -> None:  # type: ignore[no-untyped-def]
@@ -48,12 +86,12 @@ def test_tp1_admits_the_concurrency(perf_live) -> None:  # type: ignore[no-untyp
 
 
 @pytest.mark.perf
-@pytest.mark.parametrize(("group", "arm"), [pytest.param(g, a.name, id=f"{g.id}/{a.name}")
-                                            for g in (CPU, IPC) for a in g.arms if a.blocks is None])
-def test_arm_against_this_hosts_pool(group: LiveGroup, arm: str, perf_live) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("group", "arm"), _pool_arms(IPC))
+def test_ipc_arm_against_this_hosts_pool(group: LiveGroup, arm: str, perf_live) -> None:  # type: ignore[no-untyped-def]
     perf_live.arm(group, arm)
 
 
+# ------------------------------------------------------------------------------- the per-pull-request smoke subset
 @pytest.mark.smoke
 @pytest.mark.perf
 @pytest.mark.parametrize(("group", "contrast"), [
