@@ -120,26 +120,43 @@ def run_load(
     return build_report(spec, endpoint, pickle.loads(payload))
 
 
+class FrameReader:
+    """The parent's end of a child's framed answers: ``read`` returns the next ``R``/``E`` frame. Bytes read past a
+    frame stay in the reader's buffer for the next call (a long-lived child may have answered several orders by the
+    time one ``os.read`` returns; dropping them would lose those answers)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buf = bytearray()
+
+    def read(self, counter: Any, deadline_at: float) -> tuple[bytes | None, bytes]:
+        """Frames until ``R``/``E``: (kind, payload); (b"", b"") on EOF, (None, b"") on timeout. ``P`` frames (progress)
+        set ``counter.value``."""
+        buf = self._buf
+        while True:
+            while len(buf) >= _HEADER:
+                kind, size = bytes(buf[:1]), int.from_bytes(buf[1:_HEADER], "little")
+                if kind == b"P":
+                    counter.value = size
+                    del buf[:_HEADER]
+                    continue
+                if len(buf) < _HEADER + size:
+                    break
+                payload = bytes(buf[_HEADER : _HEADER + size])
+                del buf[: _HEADER + size]
+                return kind, payload
+            remaining = deadline_at - time.monotonic()
+            if remaining <= 0:
+                return None, b""
+            ready, _, _ = select.select([self.fd], [], [], remaining)
+            if not ready:
+                return None, b""
+            chunk = os.read(self.fd, 1 << 20)
+            if not chunk:
+                return b"", b""
+            buf += chunk
+
+
 def _read_result(fd: int, counter: Any, deadline_at: float) -> tuple[bytes | None, bytes]:
-    """Read frames until ``R``/``E``: returns (kind, payload); (b"", b"") on EOF, (None, b"") on timeout."""
-    buf = bytearray()
-    while True:
-        while len(buf) >= _HEADER:
-            kind, size = bytes(buf[:1]), int.from_bytes(buf[1:_HEADER], "little")
-            if kind == b"P":
-                counter.value = size
-                del buf[:_HEADER]
-                continue
-            if len(buf) < _HEADER + size:
-                break
-            return kind, bytes(buf[_HEADER : _HEADER + size])
-        remaining = deadline_at - time.monotonic()
-        if remaining <= 0:
-            return None, b""
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if not ready:
-            return None, b""
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return b"", b""
-        buf += chunk
+    """The one result of a one-shot child (``run_load``)."""
+    return FrameReader(fd).read(counter, deadline_at)

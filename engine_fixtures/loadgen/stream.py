@@ -30,7 +30,7 @@ from engine_fixtures.isolation.process import CHILD_PASSTHROUGH, LaunchSpec, Sup
 from engine_fixtures.loadgen.child import frame
 from engine_fixtures.loadgen.client import RawRun
 from engine_fixtures.loadgen.records import LoadError, RequestRecord
-from engine_fixtures.loadgen.runner import _read_result, check_cpus, endpoint_url
+from engine_fixtures.loadgen.runner import FrameReader, check_cpus, endpoint_url
 from engine_fixtures.loadgen.stream_child import SegmentOrder
 from engine_fixtures.loadgen.workload import WorkloadSpec
 
@@ -124,6 +124,8 @@ class LoadStream:
         self._pending = 0  # prepare() orders whose answer is not read yet
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._child: Supervised | None = None
+        self._reader: FrameReader | None = None
+        self._stopped: str | None = None  # why the client was stopped inside the `with` block, if it was
 
     def __enter__(self) -> LoadStream:
         if importlib.util.find_spec("httptools") is None:
@@ -134,6 +136,8 @@ class LoadStream:
                             Path(self._tmp.name, "load.log"), curated_env(passthrough=CHILD_PASSTHROUGH),
                             name="load stream", stdio="pipes", new_session=False, cpus=self.cpus)
         self._child = Supervised.start(launch)
+        assert self._child.proc.stdout is not None
+        self._reader = FrameReader(self._child.proc.stdout.fileno())
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
@@ -166,25 +170,32 @@ class LoadStream:
         except OSError:
             return ""
 
+    def _require(self, what: str) -> None:
+        if self._stopped is not None:
+            raise MeasurementError(f"LoadStream.{what}(): the session's load client was stopped by an earlier "
+                                   f"failure ({self._stopped}); no later segment can be measured in this session")
+        if self._child is None or self._child.proc.stdin is None:
+            raise ConfigError(f"LoadStream.{what}() outside its `with` block: enter the stream first")
+
     def prepare(self, spec: WorkloadSpec) -> None:
         """Have the client build ``spec``'s bodies now, without waiting (the answer is read by the next segment)."""
-        if self._child is None or self._child.proc.stdin is None:
-            raise ConfigError("LoadStream.prepare() outside its `with` block: enter the stream first")
+        self._require("prepare")
+        assert self._child is not None
+        assert self._child.proc.stdin is not None
         self._child.proc.stdin.write(frame(b"B", pickle.dumps(spec)))
         self._child.proc.stdin.flush()
         self._pending += 1
 
     def _answer(self, deadline_s: float, what: str) -> bytes:
-        assert self._child is not None
-        proc = self._child.proc
-        assert proc.stdout is not None
+        assert self._reader is not None
 
         class _Count:
             value = 0
 
-        kind, payload = _read_result(proc.stdout.fileno(), _Count(), time.monotonic() + deadline_s)
+        kind, payload = self._reader.read(_Count(), time.monotonic() + deadline_s)
         if kind is None:
             self.close()
+            self._stopped = f"its {what} did not finish within {deadline_s:.0f} s"
             raise MeasurementError(f"the load stream's {what} did not finish within {deadline_s:.0f} s (requests "
                                    "stuck in the engine?); the client was stopped")
         if kind == b"":
@@ -197,8 +208,8 @@ class LoadStream:
     def segment(self, url: str, spec: WorkloadSpec, warmup_s: float, measure_s: float) -> Segment:
         """Run ``warmup_s`` + ``measure_s`` of closed-loop load at ``spec.concurrency``, then drain. Raises
         ``LoadError`` when any request failed, ``MeasurementError`` when the segment outruns its deadline."""
-        if self._child is None:
-            raise ConfigError("LoadStream.segment() outside its `with` block: enter the stream first")
+        self._require("segment")
+        assert self._child is not None
         if not (warmup_s >= 0 and measure_s > 0):
             raise ConfigError(f"segment warmup {warmup_s} s, measured {measure_s} s: need >= 0 and > 0")
         endpoint = endpoint_url(url)
