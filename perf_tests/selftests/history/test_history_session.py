@@ -113,3 +113,21 @@ def test_the_library_error_names_the_option_without_the_password(tmp_path: Path)
     with pytest.raises(HistoryError, match="no run history at"):
         HistoryStore.open(None, tmp_path / "nothing-here", create=False)
     assert HistoryStore.open("none", tmp_path) is None
+
+
+def test_an_sqlite_history_error_speaks_of_the_file_not_of_a_server(tmp_path: Path) -> None:
+    """Each way an SQLite file fails names the file and the fix for a file; the server/user/password hint is for
+    PostgreSQL only (issue 28, case 4)."""
+    (tmp_path / "garbage.sqlite").write_text("this is not a database\n")
+    (tmp_path / "a-file").write_text("a regular file\n")
+    (tmp_path / "a-dir.sqlite").mkdir()
+    for name, expected in [("garbage.sqlite", "garbage.sqlite is not an SQLite database this suite can read"),
+                           ("a-file/history.sqlite", "a-file/history.sqlite cannot be created: "
+                                                     f"{tmp_path}/a-file is not a directory"),
+                           ("a-dir.sqlite", "a-dir.sqlite exists and is not a file")]:
+        with pytest.raises(HistoryError) as info:
+            HistoryStore.open(f"sqlite:///{tmp_path / name}", tmp_path)
+        assert expected in str(info.value)
+        assert "sqlite:///PATH" in str(info.value)
+        assert "server" not in str(info.value)
+        assert "password" not in str(info.value)
