@@ -25,6 +25,9 @@ RUN = int(os.environ.get("RUN", "0"))
 @pytest.mark.perf
 def test_demo(perf_record):
     level = 100.0 + RUN
+    if os.environ.get("SPOIL_HISTORY"):  # a fault while the run measures: the history file is overwritten
+        with open(os.environ["SPOIL_HISTORY"], "w") as fh:
+            fh.write("not a database any more")
     perf_record(RunResult("demo/arm=a/c=4", {"arm": "a", "c": "4"},
                           {"latency_p50_ms": (level, level * 1.01, level * 0.99, level * 1.005)}))
 """
@@ -91,6 +94,7 @@ def test_a_bad_url_or_a_dead_server_names_the_option_and_the_json_is_still_writt
     start = time.perf_counter()
     r = run(suite)
     r.assert_outcomes(skipped=1)
+    assert r.ret == pytest.ExitCode.TESTS_FAILED  # a lost index is not a green run
     assert time.perf_counter() - start < 60
     (results,) = (suite.path / "out").glob("results-*.json")
     assert json.loads(results.read_text())["results"][0]["scenario"] == "demo/arm=a/c=4"
@@ -98,7 +102,25 @@ def test_a_bad_url_or_a_dead_server_names_the_option_and_the_json_is_still_writt
     assert message in text
     assert f"perf-baseline import {results}" in text
     assert "s3cret-pw" not in text
-    assert "run history: NOT written" in (suite.path / "out" / "summary.md").read_text()
+    assert "FAILED: run history not written" in (suite.path / "out" / "summary.md").read_text()
+
+
+def test_a_history_that_breaks_while_measuring_keeps_the_json_and_fails_the_session(
+        suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The history opened at start, then its file was overwritten during the run: the JSON is written, the error
+    names the file and the import command, and the session exits 1 (a lost index is not a green run)."""
+    history = suite.path / "history.sqlite"
+    monkeypatch.setenv("SPOIL_HISTORY", str(history))
+    r = run(suite, "--perf-history-url", f"sqlite:///{history}")
+    r.assert_outcomes(skipped=1)
+    assert r.ret == pytest.ExitCode.TESTS_FAILED, r.stdout.str()
+    (results,) = (suite.path / "out").glob("results-*.json")
+    assert json.loads(results.read_text())["results"][0]["scenario"] == "demo/arm=a/c=4"
+    text = r.stdout.str()
+    assert f"FAILED: run history not written: {history} is not an SQLite database" in text
+    assert f"perf-baseline import {results}" in text
+    assert "server" not in text.split("FAILED: run history not written")[1].splitlines()[0]
+    assert "FAILED: run history not written" in (suite.path / "out" / "summary.md").read_text()
 
 
 def test_the_library_error_names_the_option_without_the_password(tmp_path: Path) -> None:

@@ -1,0 +1,84 @@
+"""A path that breaks while the run measures costs no measurement: the results are kept, the verdict table is shown,
+and the session exits 1 saying what was not written (issue 28, cases 1 and 6).
+
+In-process sessions on a test file that records one fake result: no engine, no producer, well under a second each.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import engine_fixtures.report.html  # noqa: F401  imported once here: an in-process run drops what it imported
+
+pytest_plugins = ("pytester",)
+
+TEST_FILE = """
+import os
+import pathlib
+import shutil
+import pytest
+from engine_fixtures.store.results import RunResult
+
+@pytest.mark.perf
+def test_demo(perf_record):
+    spoil = os.environ.get("SPOIL")
+    if spoil:  # a fault while the run measures: a directory it writes at its end becomes a regular file
+        shutil.rmtree(spoil, ignore_errors=True)
+        pathlib.Path(spoil).write_text("not a directory")
+    perf_record(RunResult("demo/arm=a/c=4", {"arm": "a", "c": "4"}, {"latency_p50_ms": (100.0, 101.0, 99.0, 100.5)}))
+"""
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(test_demo=TEST_FILE)
+    (pytester.path / "a-file").write_text("a regular file, not a directory\n")
+    return pytester
+
+
+def run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return p.runpytest_inprocess("-rs", "--perf-strict", "no", "--perf-history-url", "none", "--perf-baseline-dir",
+                                 str(p.path / "bl"), "--perf-results-dir", str(p.path / "out"), *args)
+
+
+def fallback_dir(text: str) -> Path:
+    (where,) = set(re.findall(r"this run's results are in (\S+?)/results-", text))
+    return Path(where)
+
+
+def test_a_results_dir_that_breaks_while_measuring_keeps_the_results_and_fails_the_session(
+        suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPOIL", str(suite.path / "out"))
+    (suite.path / "out").mkdir()
+    r = run(suite)
+    text = r.stdout.str()
+    assert "Traceback" not in text + r.stderr.str()
+    assert r.ret == pytest.ExitCode.TESTS_FAILED, text
+    r.assert_outcomes(skipped=1)
+    assert "perf summary" in text  # the verdict table and the skip reasons are still shown
+    r.stdout.fnmatch_lines(["*SKIPPED*no baseline for 'demo/arm=a/c=4'*"])
+    kept = fallback_dir(text)
+    try:
+        assert kept != suite.path / "out"
+        (results,) = kept.glob("results-*.json")
+        assert '"demo/arm=a/c=4"' in results.read_text()
+        r.stdout.fnmatch_lines([f"*FAILED: the results dir {suite.path / 'out'} could not be written*"])
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)
+
+
+def test_a_baseline_dir_that_breaks_while_measuring_is_an_error_line_and_exit_1(
+        suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPOIL", str(suite.path / "bl"))
+    r = run(suite, "--perf-update-baselines")
+    text = r.stdout.str()
+    assert "Traceback" not in text + r.stderr.str()
+    assert r.ret == pytest.ExitCode.TESTS_FAILED, text
+    (results,) = (suite.path / "out").glob("results-*.json")  # written before the pool update was tried
+    assert '"demo/arm=a/c=4"' in results.read_text()
+    r.stdout.fnmatch_lines(["*FAILED: this run was not recorded in the baseline pools (--perf-update-baselines):*"])
+    assert "FAILED: this run was not recorded" in (suite.path / "out" / "summary.md").read_text()
