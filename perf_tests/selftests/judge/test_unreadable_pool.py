@@ -1,5 +1,5 @@
-"""An unreadable pool (truncated, not JSON, an unknown format version, a directory in its place) fails only the row
-that reads it: the CPU tier's other arms are judged, its same-run invariant still
+"""An unreadable pool (truncated, not JSON, an unknown format version, a directory in its place) is reported once at
+start and fails only the row that reads it: the CPU tier's other arms are judged, its same-run invariant still
 decides, and the results are written (issue 28, case 2).
 
 An in-process session through the real ``perf_cpu_tier`` fixture, whose rounds come from a stand-in for
@@ -96,8 +96,12 @@ def test_an_unreadable_pool_fails_only_its_row_and_the_invariant_still_decides(
     r = pytester.runpytest_inprocess("-rfs", "--perf-strict", "no", "--perf-history-url", "none",
                                      "--perf-baseline-dir", str(pytester.path / "bl"),
                                      "--perf-results-dir", str(pytester.path / "out"))
+    text = r.stdout.str()
     r.assert_outcomes(failed=1, skipped=1, passed=1)  # before: 3 errors, one per test, the same traceback each
     r.stdout.fnmatch_lines(["*FAILED*test_arm?torch?*BaselineError*"])
+    header = text.split("collected ")[0]
+    assert f"perf: unreadable pool: baseline file {pool}" in header  # said once, at start, before anything runs
+    assert text.count(f"perf: unreadable pool: baseline file {pool}") == 1
     (results,) = (pytester.path / "out").glob("results-*.json")
     assert json.loads(results.read_text())["verdicts"][TORCH]["requests_per_s"] == "no-baseline"
     summary = (pytester.path / "out" / "summary.md").read_text()
