@@ -8,7 +8,7 @@ import pytest
 
 from engine_fixtures import options
 from engine_fixtures.errors import ConfigError, PerfError
-from engine_fixtures.session import marks, sections
+from engine_fixtures.session import marks, preflight, sections
 from engine_fixtures.session import settings as perf_settings
 
 _MACHINE_KEY = pytest.StashKey[object]()
@@ -41,13 +41,18 @@ def pytest_configure(config: pytest.Config) -> None:
     from engine_fixtures.session.perf_session import install_session
     from engine_fixtures.session.run_guard import install_run_guard
 
+    machine = MachineInfo.collect()
+    try:
+        preflight.check(settings, machine.key)  # before anything is swept, locked, started or written
+    except PerfError as exc:
+        raise pytest.UsageError(str(exc)) from None
     previous = configured_parent()
     config.add_cleanup(lambda: configure_parent(previous))  # a pytester session may run in this process
     configure_parent(settings.cgroup_parent)
     guard = install_run_guard(config)
-    machine = MachineInfo.collect()
     config.stash[_MACHINE_KEY] = machine
     session = install_session(config, machine_key=machine.key, machine=machine.as_dict())
+    preflight.scan_pools(session)
     if guard is not None and guard.report:
         session.findings.append(guard.report.line().removeprefix("perf "))
 
@@ -61,7 +66,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines.append("perf options: " + (", ".join(changed) if changed else "all defaults"))
     from engine_fixtures.session.run_guard import header_lines
 
-    return lines + header_lines(config)
+    return lines + header_lines(config) + preflight.header_lines(config)
 
 
 def _cached_reason(config: pytest.Config, key: tuple[str, object], compute) -> str | None:
@@ -102,6 +107,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             reason = _cached_reason(config, key, lambda q=quota, s=source: marks.cgroup_skip_reason(q, s))
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A session that will measure opens its run history now, before its first test (``preflight``)."""
+    preflight.before_measuring(session.config, session.items)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

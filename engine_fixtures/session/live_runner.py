@@ -54,7 +54,13 @@ from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.session.gpu_runner import GpuRunner
 from engine_fixtures.session.params import apply_quota_setting
-from engine_fixtures.session.recorder import InvariantJudge, conclude, conclude_contrast, session_verdicts
+from engine_fixtures.session.recorder import (
+    InvariantJudge,
+    conclude,
+    conclude_contrast,
+    session_verdicts,
+    unreadable_of,
+)
 from engine_fixtures.store.baselines import Baseline
 
 
@@ -100,10 +106,10 @@ class LiveGroupRunner(GpuRunner):
         measured: Measured = self.results.group(f"live/{group.id}")
         verdicts = (measured.pools[name] if measured.floor == self.recorder.floor
                     else session_verdicts(self.session, result, floor=self.recorder.floor))  # this test's floor
-        base = self.session.store.load(result.scenario)
+        base = self.session.pool(result.scenario)
         missing = None if isinstance(base, Baseline) else getattr(base, "reason", None)
         self.recorder.sections_for(result.scenario, result.arm, verdicts, "this host's pool")
-        conclude(result.scenario, verdicts, self.settings.strict, missing)
+        conclude(result.scenario, verdicts, self.settings.strict, missing, unreadable=unreadable_of(base))
         return verdicts
 
     def counter(self, group: LiveGroup, bound: Any) -> Verdict:
@@ -230,7 +236,7 @@ class LiveGroupRunner(GpuRunner):
                                                                     **_live_axes(arm, group.engine, launch)})
             self.results.put(f"{group.id}/{arm.name}", result)
             pools[arm.name] = session_verdicts(self.session, result, floor=self.recorder.floor)
-            base = self.session.store.load(result.scenario)
+            base = self.session.pool(result.scenario)
             self.session.record(self.request.node.nodeid, result, pools[arm.name],
                                 self.session.store.path_for(result.scenario) if isinstance(base, Baseline) else None)
         return pools

@@ -46,6 +46,11 @@ def is_measured(item: pytest.Item) -> bool:
     return any(item.get_closest_marker(m) is not None for m in MEASURED)
 
 
+def measured(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The measured tests of a collection that are not skipped at collection: what makes a session measure."""
+    return [i for i in items if is_measured(i) and i.get_closest_marker("skip") is None]
+
+
 def scale_skip_reason(item: pytest.Item, scale: str) -> str | None:
     """A slow measured case (the full grid, the large copies) runs at ``--perf-scale full`` only."""
     if scale != "full" and item.get_closest_marker("slow") is not None and is_measured(item):

@@ -7,13 +7,18 @@ Wiring (plugin.py, at the end of ``pytest_configure``)::
 
 ``install_session`` stashes the session under ``SESSION_KEY`` and registers it as a plugin object,
 so its ``pytest_sessionfinish`` / ``pytest_terminal_summary`` hooks run (pytest-benchmark style).
-At session end it writes ``results-<UTC stamp>.json``, ``summary.md`` and ``report.html`` into
-``Settings.results_dir`` (appends the Markdown to ``$GITHUB_STEP_SUMMARY`` when set), appends the run to the
-run history (``--perf-history-url``; after the JSON, so a database that fails costs the index, never the
-results: the error line names the option and the import command) and, with
-``Settings.update_baselines``, adds this run to each scenario's pooled baseline, guarded like
-``perf-baseline update`` (``store.update``), and says what it added and what it refused.
+At session end it writes ``results-<UTC stamp>.json`` into ``Settings.results_dir`` first, then appends the run
+to the run history (``--perf-history-url``), adds it, with ``Settings.update_baselines``, to each scenario's pooled
+baseline, guarded like ``perf-baseline update`` (``store.update``: it says what it added and what it refused), and
+writes ``summary.md`` and ``report.html`` (appending the Markdown to ``$GITHUB_STEP_SUMMARY`` when set). A
+measurement once made is kept: no step raises; one that fails is a line in ``failures`` naming the fix (a results
+dir that broke during the run: the JSON goes to a fresh temp dir, named), and a session with any such line exits 1
+(``session_failures``). ``session.preflight`` checked every path at start, so these are faults met during the run.
 Nothing is written when no result was recorded. xdist workers never write.
+
+Pools are read through ``pool(scenario)``: an unreadable pool (``BaselineError``) reads as a ``MissingBaseline``
+carrying the error, kept once in ``unreadable``: the rows that read it are not judged and their test fails
+(``recorder``), every other row and the same-run invariants still decide, and the run is never added to it.
 
 The session judges against the pools of THIS host only (``machine.HostIdentity``, from ``machine["host"]``): a
 pool recorded on another host, or without a host record, reads as no pool (``store.baselines``).
@@ -28,6 +33,7 @@ it (``nothing_judged``). A session that records baselines (``--perf-update-basel
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -37,14 +43,14 @@ from typing import Any
 
 import pytest
 
-from engine_fixtures.errors import ConfigError, PerfError
+from engine_fixtures.errors import BaselineError, ConfigError, PerfError
 from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.machine import host_of
 from engine_fixtures.options import Settings
 from engine_fixtures.profile.report import ProfileBook
 from engine_fixtures.report.table import Row, markdown, rows_for, terminal_table
 from engine_fixtures.session.settings import SETTINGS_KEY
-from engine_fixtures.store.baselines import UPDATE_HINT, BaselineStore
+from engine_fixtures.store.baselines import UPDATE_HINT, Baseline, BaselineStore, MissingBaseline
 from engine_fixtures.store.files import atomic_write_text
 from engine_fixtures.store.results import ResultsFile, RunResult
 from engine_fixtures.store.runmeta import run_metadata, runner
@@ -76,6 +82,8 @@ class PerfSession:
         self.update_lines: list[str] = []
         self.errors: list[str] = []
         self.findings: list[str] = []  # facts about the system under test worth a reader's eye (not verdicts)
+        self.unreadable: dict[str, str] = {}  # scenario -> why its pool cannot be read (reported once)
+        self.failures: list[str] = []  # what this run could not write (results, history, pools): exit 1
         # The build A/B runs compare against, from the settings: its results are never pooled as baselines.
         self.reference = settings.reference.label if settings.reference is not None else ""
         self.run_token = uuid.uuid4().hex[:8]  # two runs in one second are still two runs
@@ -89,11 +97,20 @@ class PerfSession:
         self.records.append(Record(nodeid, result.scenario, result.arm, tuple(verdicts),
                                    str(baseline_path) if baseline_path else None))
 
+    def pool(self, scenario: str) -> Baseline | MissingBaseline:
+        """The pool that judges ``scenario`` (``BaselineStore.load``); an unreadable one is a ``MissingBaseline``
+        with its error, kept in ``unreadable`` (see the module docstring)."""
+        try:
+            return self.store.load(scenario)
+        except BaselineError as exc:
+            self.unreadable.setdefault(scenario, str(exc))
+            return MissingBaseline(scenario, self.store.path_for(scenario), unreadable=str(exc))
+
     def record_diagnostic(self, result: RunResult, why: str) -> None:
         """Record a result that no test judges (a control arm) as report-only rows next to its baseline."""
         from engine_fixtures.judge.verdicts import diagnostic
 
-        base = self.store.load(result.scenario)
+        base = self.pool(result.scenario)
         runs_for = getattr(base, "runs_for", lambda _name: [])
         self.record(result.scenario, result, [diagnostic(n, v, runs_for(n), why) for n, v in result.samples.items()],
                     None)
@@ -124,46 +141,80 @@ class PerfSession:
                            versions=meta["versions"], verdicts=self.verdict_statuses(), injection=self.injection,
                            reference=self.reference, runner=runner(self.settings.runner_labels))
 
-    def write_baselines(self, results: ResultsFile) -> list[Path]:
-        """Add this run to each scenario's pool, guarded (``store.update``); says what it did and refused."""
+    def write_baselines(self, results: ResultsFile, path: Path) -> list[Path]:
+        """Add this run to each scenario's pool, guarded (``store.update``); says what it did and refused. A pool
+        that cannot be read or written is a line in ``failures``; an unreadable one is left as it is."""
         latest = {r.scenario: r for r in results.results}  # a scenario measured twice: the last result is the run
-        run = replace(results, results=tuple(latest.values()))
-        plans = plan_update(self.store, [run], accept=self.settings.accept)
-        for plan in plans:
-            self.update_lines += describe(plan)
-        return apply(self.store, plans)
+        why = "this run was not recorded in the baseline pools (--perf-update-baselines)"
+        self.failures += [f"{why}: the pool of {s!r} is unreadable: {self.unreadable[s]}"
+                          for s in sorted(latest.keys() & self.unreadable.keys())]
+        run = replace(results, results=tuple(r for s, r in latest.items() if s not in self.unreadable))
+        try:
+            plans = plan_update(self.store, [run], accept=self.settings.accept)
+            for plan in plans:
+                self.update_lines += describe(plan)
+            return apply(self.store, plans)
+        except (OSError, PerfError) as exc:
+            self.failures.append(f"{why}: {exc}; fix --perf-baseline-dir ({self.settings.sources['baseline_dir']}) "
+                                 f"and add this run with `perf-baseline update --from {path}`")
+            return []
+
+    def write_results(self, results: ResultsFile, stamp: str) -> Path | None:
+        """The results JSON, written first (see the module docstring); None when no directory would take it."""
+        wanted = Path(self.settings.results_dir)
+        try:
+            return self._write_json(wanted, results, stamp)
+        except OSError as exc:
+            problem = (f"the results dir {wanted} could not be written ({exc}); fix --perf-results-dir "
+                       f"({self.settings.sources['results_dir']})")
+        try:
+            path = self._write_json(Path(tempfile.mkdtemp(prefix="perf-results-")), results, stamp)
+        except OSError as exc:
+            self.failures.append(f"{problem}; nor could a temporary directory ({exc}): this run's results are lost")
+            return None
+        self.failures.append(f"{problem}: this run's results are in {path}")
+        return path
+
+    def _write_json(self, out: Path, results: ResultsFile, stamp: str) -> Path:
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"results-{stamp}.json"
+        if path.exists():  # two runs in one second: never overwrite the other run's artifact
+            path = out / f"results-{stamp}-{self.run_token}.json"
+        atomic_write_text(path, results.dumps())
+        return path
 
     def finish(self) -> None:
-        """Write results, reports and (if asked) baselines. Idempotent per recorded state."""
+        """Write results, history, pools (if asked) and reports; a step that fails is a line in ``failures``."""
         if not self.results and not self.records:
             return
         from engine_fixtures.report.html import write_html  # matplotlib only when there is a report
 
         meta = run_metadata()
-        out = Path(self.settings.results_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        stamp = meta["date"].replace(":", "").replace("+0000", "Z")
         results = self.results_file(meta)
-        results_path = out / f"results-{stamp}.json"
-        if results_path.exists():  # two runs in one second: never overwrite the other run's artifact
-            results_path = out / f"results-{stamp}-{self.run_token}.json"
-        atomic_write_text(results_path, results.dumps())
+        results_path = self.write_results(results, meta["date"].replace(":", "").replace("+0000", "Z"))
+        if results_path is None:
+            return
+        out = results_path.parent
+        self.written = [results_path]
         trends = self.write_history(results, results_path)  # after the JSON: a database failure never loses it
+        if self.settings.update_baselines and self.results:
+            self.baselines_written = self.write_baselines(results, results_path)
         md = markdown(self.rows(), self.notes())
         md += "\n".join(["", *self.profiles.markdown()]).rstrip() + "\n" if self.profiles.markdown() else ""
-        atomic_write_text(out / "summary.md", md)
-        self.written = [results_path, out / "summary.md"]
+        try:
+            atomic_write_text(out / "summary.md", md)
+            self.written.append(out / "summary.md")
+            step = os.environ.get("GITHUB_STEP_SUMMARY")
+            if step:
+                with open(step, "a", encoding="utf-8") as fh:
+                    fh.write(md)
+        except OSError as exc:
+            self.failures.append(f"the summary could not be written ({exc})")
         try:
             self.written.append(write_html(out / "report.html", results, self.rows(),
                                            [*self.profiles.figures(), *trends], self.figures))
         except Exception as exc:  # a plot failure must not hide the verdicts
             self.errors.append(f"HTML report failed: {type(exc).__name__}: {exc}")
-        step = os.environ.get("GITHUB_STEP_SUMMARY")
-        if step:
-            with open(step, "a", encoding="utf-8") as fh:
-                fh.write(md)
-        if self.settings.update_baselines and self.results:
-            self.baselines_written = self.write_baselines(results)
 
     def write_history(self, results: ResultsFile, path: Path) -> list[tuple[str, Any]]:
         """Append this run to the run history (``--perf-history-url``); returns the HTML report's trend plots.
@@ -172,9 +223,8 @@ class PerfSession:
             from engine_fixtures.report.trend import run_trends  # matplotlib only when there is a report
             from engine_fixtures.store.history import HistoryStore, shown  # SQLAlchemy only when there is a run
         except ImportError as exc:
-            self.errors.append(f"run history not written: {exc}; reinstall the suite (`pip install -e .`, which "
-                               f"installs SQLAlchemy, alembic and psycopg). This run's results are in {path}")
-            self.history_note = "run history: NOT written (see the error above)"
+            self.failures.append(f"run history not written: {exc}; reinstall the suite (`pip install -e .`, which "
+                                 f"installs SQLAlchemy, alembic and psycopg). This run's results are in {path}")
             return []
         try:
             store = HistoryStore.open(self.settings.history_url, self.settings.results_dir)
@@ -185,9 +235,8 @@ class PerfSession:
                 self.history_note = f"run history: appended to {shown(store.url)}"
                 return run_trends(store, results)
         except PerfError as exc:
-            self.errors.append(f"run history not written: {exc}. This run's results are in {path}; append them "
-                               f"later with `perf-baseline import {path} --history-url URL`")
-            self.history_note = "run history: NOT written (see the error above)"
+            self.failures.append(f"run history not written: {exc}. This run's results are in {path}; append them "
+                                 f"later with `perf-baseline import {path} --history-url URL`")
         return []
 
     def notes(self) -> list[str]:
@@ -203,9 +252,13 @@ class PerfSession:
         if any(v.status == "no-baseline" for rec in self.records for v in rec.verdicts):
             notes.append(f"no-baseline rows: record this host's baselines from >= 3 independent runs with "
                          f"{UPDATE_HINT} (a pool judges only the host that recorded it)")
-        if (why := self.nothing_judged()) is not None:
-            notes.append(f"FAILED: {why}")
+        notes += [f"unreadable pool, its rows not judged: {why}" for why in self.unreadable.values()]
+        notes += [f"FAILED: {why}" for why in self.session_failures()]
         return notes
+
+    def session_failures(self) -> list[str]:
+        """Why this session fails although no test may have: what it could not write, and ``nothing_judged``."""
+        return [*self.failures, *filter(None, [self.nothing_judged()])]
 
     def nothing_judged(self) -> str | None:
         """Why this strict measuring session fails although no test may have: no row it recorded is a verdict
@@ -230,7 +283,7 @@ class PerfSession:
         if hasattr(session.config, "workerinput"):
             return
         self.finish()
-        if self.nothing_judged() is not None and session.exitstatus == pytest.ExitCode.OK:
+        if self.session_failures() and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -10,7 +10,9 @@
    baseline no longer describes the build and its promise is void until it is re-recorded); a result with
    nothing judged because this host has no pool (none at all, or only another host's) skips with the command
    that records one, on both tiers (a fresh runner's verdicts come from its same-run contrasts; a strict
-   session that judged nothing at all fails at its end: ``PerfSession.nothing_judged``).
+   session that judged nothing at all fails at its end: ``PerfSession.nothing_judged``); a result whose pool is
+   unreadable (``PerfSession.pool``) is recorded with its rows not judged and fails with ``BaselineError`` naming
+   the file and the fix: only that row fails, the scenario's other rows and invariants still decide.
 ``perf_record.verdicts(result)`` judges without recording (the sequential runners use it to decide when to
 stop). ``perf_record.diagnostic(result, why)`` records a result as report-only rows (a control arm whose
 numbers measure the machine). ``perf_invariant(label, metric, reference, current, bound, paired=True)``
@@ -20,12 +22,14 @@ judges a same-run invariant and raises ``InvariantViolated`` when it is violated
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engine_fixtures.errors import (
+    BaselineError,
     ConfigError,
     Inconclusive,
     InvariantViolated,
@@ -64,12 +68,21 @@ def alpha_of(result: RunResult) -> float:
 def session_verdicts(session: PerfSession, result: RunResult, alpha: float | None = None,
                      floor: float | None = None) -> list[Verdict]:
     """``result`` judged against its pooled baseline in ``session``'s store (no test item needed: the sequential
-    runners call it between looks)."""
-    base = session.store.load(result.scenario)
+    runners call it between looks). An unreadable pool judges nothing: its rows say so, and the looks go on."""
+    base = session.pool(result.scenario)
     pool = base if isinstance(base, Baseline) else None
-    return judge_result(result.samples, pool, scenario=result.scenario,
-                        alpha=alpha_of(result) if alpha is None else alpha,
-                        floor=session.settings.floor if floor is None else floor)
+    verdicts = judge_result(result.samples, pool, scenario=result.scenario,
+                            alpha=alpha_of(result) if alpha is None else alpha,
+                            floor=session.settings.floor if floor is None else floor)
+    if unreadable_of(base) is None:
+        return verdicts
+    return [replace(v, message=f"{v.metric}: not judged, its pool is unreadable") if v.status == "no-baseline" else v
+            for v in verdicts]
+
+
+def unreadable_of(base: Baseline | MissingBaseline) -> str | None:
+    """Why ``base``'s pool cannot be read (None: it can, or there is none)."""
+    return base.unreadable if isinstance(base, MissingBaseline) else None
 
 
 class PerfRecorder:
@@ -80,7 +93,7 @@ class PerfRecorder:
         self.item = item
 
     def baseline(self, scenario: str) -> Baseline | MissingBaseline:
-        return self.session.store.load(scenario)
+        return self.session.pool(scenario)
 
     @property
     def floor(self) -> float | None:
@@ -99,7 +112,7 @@ class PerfRecorder:
         self.sections_for(result.scenario, result.arm, verdicts, f"baseline {path}")
         missing = base.reason if isinstance(base, MissingBaseline) else None
         conclude(result.scenario, verdicts, self.session.settings.strict, missing,
-                 profile=self.session.profiles.failure_text([result.scenario]))
+                 profile=self.session.profiles.failure_text([result.scenario]), unreadable=unreadable_of(base))
         return verdicts
 
     def diagnostic(self, result: RunResult, why: str) -> list[Verdict]:
@@ -175,10 +188,12 @@ def _where(profile: str) -> str:
 
 
 def conclude(scenario: str, verdicts: Sequence[Verdict], strict: bool, missing: str | None = None,
-             where: str | Path = "", profile: str = "") -> None:
+             where: str | Path = "", profile: str = "", unreadable: str | None = None) -> None:
     """End a test by its verdicts (see the module docstring); ``profile``: the top 3 of its differential profile,
-    appended to a failure's message."""
+    appended to a failure's message; ``unreadable``: why its pool cannot be read (the test fails on it)."""
     __tracebackhide__ = True
+    if unreadable is not None:
+        raise BaselineError(f"{scenario} is not judged (its result is recorded): {unreadable}")
     regressions = [v for v in verdicts if v.status == "regression"]
     if regressions:
         lines = "\n".join(f"  {v.message}" for v in regressions) + _where(profile)

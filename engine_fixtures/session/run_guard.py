@@ -48,11 +48,13 @@ class RunGuard:
         owner.claim()
         try:
             run_registry.state_dir(self.state)
-        except OSError as exc:
+        except OSError as exc:  # session.preflight refused an unusable one at start: this one broke since
             self.notes.append(f"perf: no machine state in {self.state} ({exc.strerror}): the sweep cannot see "
                               f"killed runs' records; pass a writable --perf-state-dir")
         roots = (self.settings.cgroup_parent,) if self.settings.cgroup_parent is not None else ()
         self.report = sweep(self.settings.results_dir, self.state, ENGINE_SHM_PREFIXES, roots)
+        if self.notes:  # no state dir: this run cannot be recorded there either
+            return
         self.record, why = run_registry.register(self.state, self.settings.results_dir)
         if why:
             self.notes.append(f"perf: {why}")
@@ -72,8 +74,7 @@ class RunGuard:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        measured = [i for i in session.items if marks.is_measured(i) and i.get_closest_marker("skip") is None]
-        if not measured or self.lock_state or self.config.option.collectonly:
+        if not marks.measured(session.items) or self.lock_state or self.config.option.collectonly:
             return
         try:
             self.lock_state = self.lock.acquire(self.settings.lock_timeout, self._waiting)

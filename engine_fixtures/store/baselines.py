@@ -173,17 +173,21 @@ def _round(x: float) -> float:
 
 @dataclass(frozen=True)
 class MissingBaseline:
-    """No baseline for this scenario on this host: no file, or a pool recorded on another host (``found``: that
-    host, or that the file has no host record) that cannot judge ``host`` (this one)."""
+    """No baseline for this scenario on this host: no file, a pool recorded on another host (``found``: that
+    host, or that the file has no host record) that cannot judge ``host`` (this one), or a file that cannot be
+    read (``unreadable``: the ``BaselineError`` naming it and the fix)."""
 
     scenario: str
     path: Path
     found: str | None = None
     host: str | None = None
+    unreadable: str | None = None
 
     @property
     def reason(self) -> str:
         record = f"from >= {MIN_RUNS} independent runs with {UPDATE_HINT} (this run's result was recorded)"
+        if self.unreadable is not None:
+            return f"{self.scenario!r} is not judged against its pool: {self.unreadable}"
         if self.found is None:
             return f"no baseline for {self.scenario!r} at {self.path}; record one {record}"
         return (f"no baseline for {self.scenario!r} on this host: the pool at {self.path} was recorded on "

@@ -9,6 +9,9 @@ Writes are atomic: temp file in the same directory, fsync, ``os.replace``, fsync
 killed at any moment leaves the old or the new file, never a torn one. The temp file is
 ``.<name>.<owner token>.<random>.tmp`` (``isolation.owner.temp_prefix``): listings ignore it, and the sweep of
 a later run (``isolation.sweep``) tells from the token whose half-written file it is.
+
+``place_problem(path, kind)``: why a directory (or a file) cannot be made or written at ``path``, creating nothing;
+the one check behind the start-up checks (``session.preflight``) and the SQLite history's (``history_db``).
 """
 
 from __future__ import annotations
@@ -44,6 +47,22 @@ def scenario_of(file_name: str) -> str:
     if not file_name.endswith(".json"):
         raise ValueError(f"not a baseline file name: {file_name!r}")
     return urllib.parse.unquote(file_name[: -len(".json")])
+
+
+def place_problem(path: Path, kind: str = "directory", writable: bool = True) -> str | None:
+    """Why ``path`` cannot be a ``kind`` ("directory" or "file") this process writes (None: it can). A missing one
+    is fine where its nearest existing ancestor is a directory this user may create it in. Creates nothing."""
+    path = Path(path)
+    if path.exists() and not (path.is_dir() if kind == "directory" else path.is_file()):
+        return f"{path} exists and is not a {kind}"
+    probe = path
+    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+        probe = probe.parent
+    if probe != path and not probe.is_dir():
+        return f"{path} cannot be created: {probe} is not a directory"
+    if writable and not os.access(probe, os.W_OK | (os.X_OK if probe.is_dir() else 0)):
+        return f"{path} is not writable" if probe == path else f"{path} cannot be created: {probe} is not writable"
+    return None
 
 
 def dumps(data: Mapping[str, Any]) -> str:

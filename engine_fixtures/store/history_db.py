@@ -8,6 +8,10 @@
   ``statement_timeout``; SQLite's busy timeout. SQLite runs in WAL mode and begins every writing transaction
   with ``BEGIN IMMEDIATE`` (pysqlite's own transaction handling would start it lazily and lose DDL atomicity),
   so concurrent writers queue on the busy timeout instead of failing half-way; readers begin a plain ``BEGIN``.
+  An SQLite file that cannot be there (a file in the way of its directory, a read-only location:
+  ``store.files.place_problem``) is refused before anything is created.
+- Errors name the fix for the back end: for PostgreSQL the server and the URL's user, password and database; for
+  SQLite the file (not a database, not writable, its directory).
 - ``ensure_schema(engine)``: an empty database gets the schema at head, created in one transaction (when eight
   writers race on a fresh PostgreSQL database the losers roll back and find it created); a store at an older
   known revision, an unknown revision or without a revision table is refused with the command that fixes it.
@@ -30,6 +34,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from engine_fixtures.errors import PerfError
 from engine_fixtures.redact import mask_password
+from engine_fixtures.store.files import place_problem
 from engine_fixtures.store.history_schema import SCHEMA_REVISION
 
 OPTION = "--perf-history-url (PERF_HISTORY_URL)"
@@ -82,6 +87,8 @@ def resolve_url(option: str | None, results_dir: Path) -> URL | None:
 
 def connect(url: URL) -> Engine:
     """An engine for ``url`` with timeouts; nothing is connected yet."""
+    if url.get_backend_name() == "sqlite" and (why := place_problem(Path(url.database), "file")) is not None:
+        raise HistoryError(f"{why}: the run history ({OPTION}) cannot be written there; {sqlite_fix(url)}")
     try:
         if url.get_backend_name() == "sqlite":
             Path(url.database).parent.mkdir(parents=True, exist_ok=True)
@@ -116,21 +123,36 @@ def _sqlite_begin(conn: sa.Connection) -> None:
     conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
 
+def sqlite_fix(url: URL) -> str:
+    return (f"point {OPTION} at an SQLite file this user can write (sqlite:///PATH), or pass --perf-history-url none "
+            "to keep no history")
+
+
 @contextmanager
 def translated(url: URL, doing: str) -> Iterator[None]:
-    """Turn a driver's connection failure into a ``HistoryError`` naming the option and the server."""
+    """Turn a driver's failure into a ``HistoryError`` naming the option and the fix for its back end: the server
+    and the URL's credentials for PostgreSQL, the file for SQLite."""
     try:
         yield
     except DBAPIError as exc:
         detail = (str(exc.orig) if exc.orig is not None else str(exc)).strip().splitlines()[0]
+        problem = f"{type(exc.orig).__name__}: {detail}"
+        if url.get_backend_name() == "sqlite" and type(exc) is sa.exc.DatabaseError:  # not an SQLite file at all
+            raise HistoryError(f"{url.database} is not an SQLite database this suite can read ({problem}): the run "
+                               f"history ({OPTION}) cannot {doing} it; move the file away or "
+                               f"{sqlite_fix(url)}; `perf-baseline import DIR` rebuilds a history from results "
+                               "files") from None
+        if url.get_backend_name() == "sqlite" and isinstance(exc, sa.exc.OperationalError):
+            raise HistoryError(f"cannot {doing} the run history file {url.database} ({OPTION}): {problem}; check "
+                               f"that this user can read and write it and its directory, or "
+                               f"{sqlite_fix(url)}") from None
         if isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
             fix = ("check that the server is running and reachable and that the URL's user, password and database "
                    "are right, or pass --perf-history-url none to keep no history")
         else:
             fix = (f"the database refused it; if the store was changed by hand, point {OPTION} at another database "
                    "and rebuild it with `perf-baseline import DIR`")
-        raise HistoryError(f"cannot {doing} the run history at {shown(url)} ({OPTION}): {type(exc.orig).__name__}: "
-                           f"{detail}; {fix}") from None
+        raise HistoryError(f"cannot {doing} the run history at {shown(url)} ({OPTION}): {problem}; {fix}") from None
 
 
 def known_revisions() -> list[str]:

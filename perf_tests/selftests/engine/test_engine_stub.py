@@ -180,7 +180,7 @@ def test_uses_the_engine(engine):
 def test_failing_test_shows_the_engine_log_tail(pytester: pytest.Pytester) -> None:
     """The ``engine`` fixture registers section "engine log (tail)", shown only because the test failed."""
     pytester.makepyfile(test_engine_user=FAILING_ENGINE_TEST)
-    r = pytester.runpytest_subprocess()
+    r = pytester.runpytest_inprocess()
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*AssertionError: boom*", "*- engine log (tail) -*", "stub_engine: serving on*"])
 

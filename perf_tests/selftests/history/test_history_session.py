@@ -1,9 +1,11 @@
-"""A pytest session appends its run to the history after its results JSON (both back ends); a bad URL or an
-unreachable server is an error that names the option, and the JSON is written all the same."""
+"""A pytest session appends its run to the history after its results JSON (both back ends). A bad URL, an unusable
+SQLite file or an unreachable server stops the run at start, naming the option; a history that breaks while the run
+measures costs the index, never the JSON, and the session exits 1 (issue 28, case 4)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -25,6 +27,9 @@ RUN = int(os.environ.get("RUN", "0"))
 @pytest.mark.perf
 def test_demo(perf_record):
     level = 100.0 + RUN
+    if os.environ.get("SPOIL_HISTORY"):  # a fault while the run measures: the history file is overwritten
+        with open(os.environ["SPOIL_HISTORY"], "w") as fh:
+            fh.write("not a database any more")
     perf_record(RunResult("demo/arm=a/c=4", {"arm": "a", "c": "4"},
                           {"latency_p50_ms": (level, level * 1.01, level * 0.99, level * 1.005)}))
 """
@@ -81,24 +86,60 @@ def test_the_default_history_is_an_sqlite_file_next_to_the_results(suite: pytest
 
 @pytest.mark.parametrize(("url", "message"), [
     (UNREACHABLE, "cannot open the run history at postgresql+psycopg://perf:***@127.0.0.1:1/perf "
-                  "(--perf-history-url (PERF_HISTORY_URL))"),
+                  "(--perf-history-url (PERF_HISTORY_URL)): OperationalError"),
     ("mysql://perf:s3cret-pw@db/perf", "Invalid --perf-history-url (PERF_HISTORY_URL) "
                                        "'mysql://perf:***@db/perf': mysql is not supported"),
-])
-def test_a_bad_url_or_a_dead_server_names_the_option_and_the_json_is_still_written(
+    ("foo://bar", "Invalid --perf-history-url (PERF_HISTORY_URL) 'foo://bar': foo is not supported"),
+    ("sqlite:///{path}/garbage.sqlite", "{path}/garbage.sqlite is not an SQLite database"),
+    ("sqlite:///{path}/a-file/history.sqlite", "{path}/a-file/history.sqlite cannot be created: {path}/a-file "
+                                               "is not a directory"),
+], ids=["server-down", "unknown-scheme", "no-scheme", "garbage-sqlite", "sqlite-under-a-file"])
+def test_a_history_that_cannot_be_written_stops_the_run_before_it_measures(
         suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, url: str, message: str) -> None:
-    monkeypatch.setenv("PERF_HISTORY_URL", url)
+    (suite.path / "garbage.sqlite").write_text("this is not a database\n")
+    (suite.path / "a-file").write_text("a regular file\n")
+    monkeypatch.setenv("PERF_HISTORY_URL", url.format(path=suite.path))
     start = time.perf_counter()
     r = run(suite)
-    r.assert_outcomes(skipped=1)
     assert time.perf_counter() - start < 60
+    assert r.ret == pytest.ExitCode.USAGE_ERROR, r.stdout.str()
+    text = r.stderr.str()
+    assert message.format(path=suite.path) in text, text
+    assert "(set by PERF_HISTORY_URL environment variable)" in text
+    assert "s3cret-pw" not in text + r.stdout.str()
+    assert "Traceback" not in text + r.stdout.str()
+    assert not list((suite.path / "out").glob("results-*.json"))  # nothing measured
+    if "sqlite" in url:  # an SQLite history's fix speaks of its file, never of a server, user or password
+        assert "server" not in text, text
+        assert "password" not in text, text
+
+
+def test_a_read_only_location_for_the_sqlite_history_stops_the_run_at_start(
+        suite: pytest.Pytester, small_tmpfs, monkeypatch: pytest.MonkeyPatch) -> None:
+    where = small_tmpfs("ro", "1m")
+    subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True, timeout=30)
+    monkeypatch.setenv("PERF_HISTORY_URL", f"sqlite:///{where}/history.sqlite")
+    r = run(suite)
+    assert r.ret == pytest.ExitCode.USAGE_ERROR, r.stdout.str()
+    assert f"{where}/history.sqlite cannot be created: {where} is not writable" in r.stderr.str()
+
+
+def test_a_history_that_breaks_while_measuring_keeps_the_json_and_fails_the_session(
+        suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The history opened at start, then its file was overwritten during the run: the JSON is written, the error
+    names the file and the import command, and the session exits 1 (a lost index is not a green run)."""
+    history = suite.path / "history.sqlite"
+    monkeypatch.setenv("SPOIL_HISTORY", str(history))
+    r = run(suite, "--perf-history-url", f"sqlite:///{history}")
+    r.assert_outcomes(skipped=1)
+    assert r.ret == pytest.ExitCode.TESTS_FAILED, r.stdout.str()
     (results,) = (suite.path / "out").glob("results-*.json")
     assert json.loads(results.read_text())["results"][0]["scenario"] == "demo/arm=a/c=4"
     text = r.stdout.str()
-    assert message in text
+    assert f"FAILED: run history not written: {history} is not an SQLite database" in text
     assert f"perf-baseline import {results}" in text
-    assert "s3cret-pw" not in text
-    assert "run history: NOT written" in (suite.path / "out" / "summary.md").read_text()
+    assert "server" not in text.split("FAILED: run history not written")[1].splitlines()[0]
+    assert "FAILED: run history not written" in (suite.path / "out" / "summary.md").read_text()
 
 
 def test_the_library_error_names_the_option_without_the_password(tmp_path: Path) -> None:
@@ -113,3 +154,21 @@ def test_the_library_error_names_the_option_without_the_password(tmp_path: Path)
     with pytest.raises(HistoryError, match="no run history at"):
         HistoryStore.open(None, tmp_path / "nothing-here", create=False)
     assert HistoryStore.open("none", tmp_path) is None
+
+
+def test_an_sqlite_history_error_speaks_of_the_file_not_of_a_server(tmp_path: Path) -> None:
+    """Each way an SQLite file fails names the file and the fix for a file; the server/user/password hint is for
+    PostgreSQL only (issue 28, case 4)."""
+    (tmp_path / "garbage.sqlite").write_text("this is not a database\n")
+    (tmp_path / "a-file").write_text("a regular file\n")
+    (tmp_path / "a-dir.sqlite").mkdir()
+    for name, expected in [("garbage.sqlite", "garbage.sqlite is not an SQLite database this suite can read"),
+                           ("a-file/history.sqlite", "a-file/history.sqlite cannot be created: "
+                                                     f"{tmp_path}/a-file is not a directory"),
+                           ("a-dir.sqlite", "a-dir.sqlite exists and is not a file")]:
+        with pytest.raises(HistoryError) as info:
+            HistoryStore.open(f"sqlite:///{tmp_path / name}", tmp_path)
+        assert expected in str(info.value)
+        assert "sqlite:///PATH" in str(info.value)
+        assert "server" not in str(info.value)
+        assert "password" not in str(info.value)

@@ -1,0 +1,133 @@
+"""What a run needs is checked at start (``session.preflight``): an unusable directory or a spec naming no real arm
+stops the session before anything is measured, as a usage error (exit 4) naming the option and where its value
+came from, also under --collect-only. A path that breaks while the run measures costs no measurement: the results
+are kept, the verdict table is shown, and the session exits 1 saying what was not written (issue 28, cases 1, 5, 6).
+
+In-process sessions on a test file that records one fake result: no engine, no producer, well under a second each.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import engine_fixtures.report.html  # noqa: F401  imported once here: an in-process run drops what it imported
+
+pytest_plugins = ("pytester",)
+
+TEST_FILE = """
+import os
+import pathlib
+import shutil
+import pytest
+from engine_fixtures.store.results import RunResult
+
+@pytest.mark.perf
+def test_demo(perf_record):
+    spoil = os.environ.get("SPOIL")
+    if spoil:  # a fault while the run measures: a directory it writes at its end becomes a regular file
+        shutil.rmtree(spoil, ignore_errors=True)
+        pathlib.Path(spoil).write_text("not a directory")
+    perf_record(RunResult("demo/arm=a/c=4", {"arm": "a", "c": "4"}, {"latency_p50_ms": (100.0, 101.0, 99.0, 100.5)}))
+"""
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(test_demo=TEST_FILE)
+    (pytester.path / "a-file").write_text("a regular file, not a directory\n")
+    return pytester
+
+
+def run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return p.runpytest_inprocess("-rs", "--perf-strict", "no", "--perf-history-url", "none", "--perf-baseline-dir",
+                                 str(p.path / "bl"), "--perf-results-dir", str(p.path / "out"), *args)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--perf-results-dir", "{file}"], "Invalid --perf-results-dir '{file}' from command line --perf-results-dir: "
+                                       "{file} exists and is not a directory"),
+    (["--perf-results-dir", "{file}/out"], "{file}/out cannot be created: {file} is not a directory"),
+    (["--perf-state-dir", "{file}", "--collect-only"], "Invalid --perf-state-dir '{file}' from command line "
+                                                       "--perf-state-dir: {file} exists and is not a directory"),
+    (["--perf-baseline-dir", "{file}", "--perf-update-baselines"], "Invalid --perf-baseline-dir '{file}' from "
+                                                                   "command line --perf-baseline-dir: {file}/"),
+    (["--perf-inject", "slow:nosuch=50"], "Invalid --perf-inject 'slow:nosuch=50' from command line --perf-inject: "
+                                          "unknown arm 'nosuch'; the CPU tier's copy arms are torch, buffer, "
+                                          "control, sglang"),
+    (["--perf-inject", "copy:torch=nosuch"], "unknown copy implementation 'nosuch' (copy:torch=nosuch); the CPU "
+                                             "tier's copy arms are torch, buffer, control, sglang"),
+], ids=["results-file", "results-under-file", "state-file-collect-only", "baseline-file-update", "inject-slow-arm",
+        "inject-copy-impl"])
+def test_an_unusable_setting_stops_the_run_at_start_naming_the_option(
+        suite: pytest.Pytester, args: list[str], message: str) -> None:
+    file = str(suite.path / "a-file")
+    r = run(suite, *(a.format(file=file) for a in args))
+    assert r.ret == pytest.ExitCode.USAGE_ERROR, r.stdout.str() + r.stderr.str()
+    text = r.stderr.str()
+    assert message.format(file=file) in text, text
+    assert "INTERNALERROR" not in text + r.stdout.str()
+    assert "Traceback" not in text + r.stdout.str()
+    assert not (suite.path / "out").exists()  # nothing measured, nothing written
+
+
+def test_every_problem_is_named_in_one_error(suite: pytest.Pytester) -> None:
+    file = str(suite.path / "a-file")
+    r = run(suite, "--perf-results-dir", file, "--perf-state-dir", file, "--perf-inject", "slow:nosuch=5")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    text = r.stderr.str()
+    assert all(f"Invalid --perf-{o}" in text for o in ("results-dir", "state-dir", "inject")), text
+
+
+def fallback_dir(text: str) -> Path:
+    (where,) = set(re.findall(r"this run's results are in (\S+?)/results-", text))
+    return Path(where)
+
+
+def test_a_results_dir_that_breaks_while_measuring_keeps_the_results_and_fails_the_session(
+        suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPOIL", str(suite.path / "out"))
+    (suite.path / "out").mkdir()
+    r = run(suite)
+    text = r.stdout.str()
+    assert "Traceback" not in text + r.stderr.str()
+    assert r.ret == pytest.ExitCode.TESTS_FAILED, text
+    r.assert_outcomes(skipped=1)
+    assert "perf summary" in text  # the verdict table and the skip reasons are still shown
+    r.stdout.fnmatch_lines(["*SKIPPED*no baseline for 'demo/arm=a/c=4'*"])
+    kept = fallback_dir(text)
+    try:
+        assert kept != suite.path / "out"
+        (results,) = kept.glob("results-*.json")
+        assert '"demo/arm=a/c=4"' in results.read_text()
+        r.stdout.fnmatch_lines([f"*FAILED: the results dir {suite.path / 'out'} could not be written*"])
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)
+
+
+def test_a_baseline_dir_that_breaks_while_measuring_is_an_error_line_and_exit_1(
+        suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPOIL", str(suite.path / "bl"))
+    r = run(suite, "--perf-update-baselines")
+    text = r.stdout.str()
+    assert "Traceback" not in text + r.stderr.str()
+    assert r.ret == pytest.ExitCode.TESTS_FAILED, text
+    (results,) = (suite.path / "out").glob("results-*.json")  # written before the pool update was tried
+    assert '"demo/arm=a/c=4"' in results.read_text()
+    r.stdout.fnmatch_lines(["*FAILED: this run was not recorded in the baseline pools (--perf-update-baselines):*"])
+    assert "FAILED: this run was not recorded" in (suite.path / "out" / "summary.md").read_text()
+
+
+def test_a_state_dir_that_breaks_after_the_check_is_a_header_line_not_an_internal_error(tmp_path: Path) -> None:
+    """The run guard itself, past the start-up check (a state dir replaced by a file in between): it says so."""
+    from engine_fixtures.options import Settings
+    from engine_fixtures.session.run_guard import RunGuard
+
+    (tmp_path / "state").write_text("a regular file\n")
+    guard = RunGuard(None, Settings(state_dir=tmp_path / "state", results_dir=tmp_path / "out"))  # type: ignore[arg-type]
+    guard.start()
+    assert guard.record is None
+    assert any("no machine state in" in line and "--perf-state-dir" in line for line in guard.lines()), guard.lines()
