@@ -20,7 +20,7 @@ from engine_fixtures.errors import ConfigError
 from engine_fixtures.inject import Injection, parse_injection
 from engine_fixtures.judge.sequential import DEFAULT_MAX_REPEATS, DEFAULT_REPEATS
 from engine_fixtures.quota import QuotaSetting
-from engine_fixtures.redact import mask_password
+from engine_fixtures.redact import mask_value
 
 Parser = Callable[[str], Any]
 
@@ -255,7 +255,7 @@ def display(value: Any) -> str:
         return repr(str(value))
     if isinstance(value, EngineBuild):
         return repr(value.label)
-    return mask_password(repr(value))
+    return mask_value(repr(value))
 
 
 def _parse(opt: Option, raw: Any, where: str) -> Any:

@@ -8,7 +8,8 @@ OOM): the sweep (``sweep``) says so and cleans its results directory's half-writ
 
 Contracts:
 - ``default_state_dir()``; ``state_dir(path)`` creates it (mode 1777) and returns it.
-- ``register(state, results_dir) -> (Path | None, why)`` (atomically written; None with the reason when the disk
+- ``register(state, results_dir) -> (Path | None, why)`` (atomically written, mode 0644 whatever the umask, the
+  command line with its secrets masked (``redact.command_line``); None with the reason when the disk
   is full or the directory not writable: recording must never stop a run; None and no reason when this
   process's run is recorded already, by the outer session of an in-process pytester run); ``unregister(path)``.
 - ``records(state) -> list[RunRecord]`` (unreadable or torn records are skipped); ``record_temps(state)``.
@@ -19,14 +20,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from engine_fixtures.isolation import owner
+from engine_fixtures.redact import command_line
 
 NAME = "sglang-perf-suite"
+RECORD_MODE = 0o644
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ def state_dir(path: Path) -> Path:
 def register(state: Path, results_dir: Path) -> tuple[Path | None, str]:
     """Record this run; returns the record's path, or None and why it could not be written."""
     me = owner.current()
-    record = RunRecord(me.pid, me.start_cs, me.started(), " ".join(sys.argv)[:500], os.getcwd(),
+    record = RunRecord(me.pid, me.start_cs, me.started(), command_line()[:500], os.getcwd(),
                        str(Path(results_dir).resolve()))
     path = state_dir(state) / "runs" / f"{me.token}.json"
     if path.exists():
@@ -71,7 +73,10 @@ def register(state: Path, results_dir: Path) -> tuple[Path | None, str]:
     tmp = path.with_name(f".{path.name}.tmp")
     data = {k: v for k, v in asdict(record).items() if k != "path"}
     try:
-        tmp.write_text(json.dumps(data, sort_keys=True))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, RECORD_MODE)
+        with os.fdopen(fd, "w") as fh:
+            os.fchmod(fd, RECORD_MODE)  # whatever the umask: other users' sweeps read it, nobody else writes it
+            fh.write(json.dumps(data, sort_keys=True))
         tmp.replace(path)
     except OSError as exc:
         with contextlib.suppress(OSError):
