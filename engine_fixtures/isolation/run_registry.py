@@ -12,7 +12,9 @@ Contracts:
   command line with its secrets masked (``redact.command_line``); None with the reason when the disk
   is full or the directory not writable: recording must never stop a run; None and no reason when this
   process's run is recorded already, by the outer session of an in-process pytester run); ``unregister(path)``.
-- ``records(state) -> list[RunRecord]`` (unreadable or torn records are skipped); ``record_temps(state)``.
+- ``records(state) -> list[RunRecord]`` (unreadable or torn records are skipped, keys of newer versions ignored);
+  ``record_temps(state)``. A record names the run's results and temp directories, where the sweep looks for
+  what it left half done.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import contextlib
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from engine_fixtures.isolation import owner
@@ -39,6 +41,7 @@ class RunRecord:
     command: str
     cwd: str
     results_dir: str
+    tmp_dir: str = ""  # where its temp dirs go (``tempfile.gettempdir()``; "" in records of older versions)
     path: str = ""  # where the record lies (not stored in the file)
 
     @property
@@ -66,7 +69,7 @@ def register(state: Path, results_dir: Path) -> tuple[Path | None, str]:
     """Record this run; returns the record's path, or None and why it could not be written."""
     me = owner.current()
     record = RunRecord(me.pid, me.start_cs, me.started(), command_line()[:500], os.getcwd(),
-                       str(Path(results_dir).resolve()))
+                       str(Path(results_dir).resolve()), tempfile.gettempdir())
     path = state_dir(state) / "runs" / f"{me.token}.json"
     if path.exists():
         return None, ""  # a session run in-process by a test of this run (pytester): the outer session owns it
@@ -92,10 +95,12 @@ def unregister(path: Path | None) -> None:
 
 
 def records(state: Path) -> list[RunRecord]:
+    known = {f.name for f in fields(RunRecord)} - {"path"}
     out = []
     for f in sorted((state / "runs").glob("*.json")):
-        with contextlib.suppress(OSError, ValueError, TypeError):
-            out.append(RunRecord(**json.loads(f.read_text()), path=str(f)))
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            data = json.loads(f.read_text())  # keys a newer version added are left out
+            out.append(RunRecord(**{k: v for k, v in data.items() if k in known}, path=str(f)))
     return out
 
 

@@ -157,16 +157,17 @@ def test_next_run_removes_what_the_killed_run_left(pytester: pytest.Pytester, tm
 
 
 CANCELLED = """
-import json, sys, tempfile, threading
+import json, sys, threading
 from pathlib import Path
 import pytest
+from engine_fixtures.isolation import owner
 from engine_fixtures.isolation.cgroups import CpuQuota
 from engine_fixtures.isolation.process import LaunchSpec, Supervised, curated_env
 from engine_fixtures.store.files import atomic_writer
 
 @pytest.mark.perf
 def test_held_until_the_job_is_cancelled(perf_settings):
-    with tempfile.TemporaryDirectory(prefix="perf-held-") as tmp, CpuQuota(0.5, name="held") as quota:
+    with owner.temp_dir("held") as tmp, CpuQuota(0.5, name="held") as quota:
         spec = LaunchSpec((sys.executable, "-c", "import threading; threading.Event().wait()"), Path(tmp, "child.log"),
                           curated_env(), name="held child")
         with Supervised.start(spec, quota) as child, \
