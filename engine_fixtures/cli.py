@@ -19,7 +19,8 @@
   with ``--history`` migrates the run history's schema.
 
 Exit status: 0 ok, 1 a regression (``compare``), a false alarm (``validate``) or a change point (``history``),
-2 a user error (a ``PerfError`` whose message names the fix).
+2 a user error (a ``PerfError`` whose message names the fix, with this command's own spelling of the shared
+options: ``--history-url``, not ``--perf-history-url``).
 """
 
 from __future__ import annotations
@@ -235,7 +236,7 @@ def parser() -> argparse.ArgumentParser:
     def add(name: str, func, help_: str, opts: tuple[str, ...] = ("baseline_dir",)) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help_)
         options.add_options(sp.add_argument, prefix="", names=opts)
-        sp.set_defaults(func=func)
+        sp.set_defaults(func=func, options=opts)
         return sp
 
     sp = add("update", cmd_update, "add runs to the pooled baselines (guarded)",
@@ -271,8 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except PerfError as exc:
-        print(f"perf-baseline: error: {exc}", file=sys.stderr)
+    except PerfError as exc:  # the library names the pytest options; this command's own are spelled its way
+        print(f"perf-baseline: error: {options.spelled_for_cli(str(exc), args.options)}", file=sys.stderr)
         return 2
 
 
