@@ -5,10 +5,13 @@
   host of that key's newest run) in the run history (``--history-url``, default ``.perf-results/history.sqlite``),
   or among the results named by ``--from DIR``, and says which. A pool is one host's (``store.baselines``).
   Both show the per-metric change (level, runs, what the pool catches); ``--dry-run`` writes nothing; a run
-  judged regression/inconclusive needs ``--accept REASON`` (stored with it); runs with injected slowdowns or
-  A/B runs are never recorded.
+  judged regression/inconclusive (its own rows or a same-run invariant that compares it) needs ``--accept
+  REASON`` (stored with it); runs with injected slowdowns or A/B runs are never recorded. ``--from-runs K``
+  needs K >= 1; a scenario with fewer than K clean runs is not pooled and the command exits 2 saying how many
+  it found (the scenarios that had K are written).
 - ``compare RESULTS...`` judges results files against the pooled baselines (exit 1 on a regression).
-- ``show`` lists the pools with the host each was recorded on (and whether it judges this host);
+- ``show`` lists the pools with the host each was recorded on (and whether it judges this host); a baseline
+  directory or a ``--machine`` key that does not exist is an error;
   ``validate DIR`` judges every run of the unchanged build against the K runs recorded
   before it (and every injected run against the K runs before it): false alarms and detections on real runs.
 - ``import``, ``runs``, ``history`` (``cli_history``): fill the run history from results files, list its runs,
@@ -16,7 +19,8 @@
   with ``--history`` migrates the run history's schema.
 
 Exit status: 0 ok, 1 a regression (``compare``), a false alarm (``validate``) or a change point (``history``),
-2 a user error (a ``PerfError`` whose message names the fix).
+2 a user error (a ``PerfError`` whose message names the fix, with this command's own spelling of the shared
+options: ``--history-url``, not ``--perf-history-url``).
 """
 
 from __future__ import annotations
@@ -29,13 +33,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from engine_fixtures import cli_history, options
-from engine_fixtures.errors import PerfError
+from engine_fixtures.errors import BaselineError, PerfError
 from engine_fixtures.judge.metrics import metric
+from engine_fixtures.judge.noise import MIN_RUNS
 from engine_fixtures.judge.verdicts import judge_result
 from engine_fixtures.machine import HostIdentity, MachineInfo, host_of
 from engine_fixtures.report.table import markdown, rows_for, terminal_table
 from engine_fixtures.store import history
-from engine_fixtures.store.baselines import Baseline, BaselineRun, BaselineStore, machine_keys
+from engine_fixtures.store.baselines import POOL_RUNS, Baseline, BaselineRun, BaselineStore, machine_keys
 from engine_fixtures.store.results import ResultsFile
 from engine_fixtures.store.update import apply, describe, last_clean_runs, plan_update
 
@@ -57,26 +62,30 @@ def _results_files(paths: Sequence[Path]) -> list[ResultsFile]:
 
 def cmd_update(args: argparse.Namespace) -> int:
     root = _opt(args, "baseline_dir")
+    short: dict[str, int] = {}
     if args.from_runs is not None:
+        k = args.from_runs
         here = None if args.machine else MachineInfo.collect()
         key = args.machine or here.key
         files, where = _clean_runs_source(args, key)
         store = BaselineStore(root, key)
-        chosen = last_clean_runs(files, key, args.from_runs, args.scenario, here.host if here else None)
+        chosen = last_clean_runs(files, key, k, args.scenario, here.host if here else None, args.accept)
         if not chosen:
             on = f" on this host, {here.host.describe()}" if here and here.host else ""
-            print(f"no clean runs of machine key {key}{on} in {where} (runs without a host record are never pooled)")
-            return 2
+            raise BaselineError(f"no clean runs of machine key {key}{on} in {where} (runs judged regression or "
+                                "inconclusive need --accept REASON; injected and A/B runs, and runs without a host "
+                                f"record, are never pooled); run the suite {k} times (separate processes; the CPU "
+                                "tier: `python3 -m tox -e update-baselines`)")
         host = host_of(next(iter(chosen.values()))[-1].machine)
-        print(f"the newest {args.from_runs} clean run(s) of {key} in {where}, of host {_host_text(host)}:")
+        print(f"the newest {k} clean run(s) of {key} in {where}, of host {_host_text(host)}:")
         plans = []
         for scenario, runs in sorted(chosen.items()):
-            if len(runs) < args.from_runs:
-                print(f"{scenario}: only {len(runs)} clean run(s) of {key}; the pool needs {args.from_runs}: "
-                      "run the suite again (separate processes, at different times)")
+            if len(runs) < k:
+                short[scenario] = len(runs)
+                print(f"{scenario}: found {len(runs)} clean run(s) of the {k} asked; not pooled")
                 continue
             print(f"{scenario}: pooling {', '.join(r.run_id for r in runs)}")
-            plans += plan_update(store, runs, only=frozenset({scenario}), replace_pool=True)
+            plans += plan_update(store, runs, only=frozenset({scenario}), replace_pool=True, accept=args.accept)
     else:
         if not args.results:
             raise PerfError("update needs --from RESULTS... or --from-runs K; see perf-baseline update --help")
@@ -89,14 +98,22 @@ def cmd_update(args: argparse.Namespace) -> int:
         print("\n".join(describe(plan)))
     if args.dry_run:
         print("dry run: nothing written")
-        return 0
-    by_key: dict[str, list] = {}
-    for plan in plans:
-        if plan.after is not None:
-            by_key.setdefault(plan.after.machine_key, []).append(plan)
-    for key, ps in by_key.items():
-        for path in apply(BaselineStore(root, key), ps):
-            print(f"wrote {path}")
+    else:
+        by_key: dict[str, list] = {}
+        for plan in plans:
+            if plan.after is not None:
+                by_key.setdefault(plan.after.machine_key, []).append(plan)
+        for key, ps in by_key.items():
+            for path in apply(BaselineStore(root, key), ps):
+                print(f"wrote {path}")
+    if short:
+        found = ", ".join(f"{s} ({n} of {args.from_runs})" for s, n in sorted(short.items()))
+        fewest = min(short.values())
+        fewer = (f", or pool what there is with --from-runs {fewest}" if fewest >= MIN_RUNS else
+                 f"; a pool judges from {MIN_RUNS} runs")
+        raise BaselineError(f"--from-runs {args.from_runs}: {len(short)} scenario(s) have fewer clean runs than asked, "
+                            f"so their pools were not written: {found}. Run the suite "
+                            f"{args.from_runs - fewest} more time(s) (separate processes, at different times){fewer}")
     return 0
 
 
@@ -105,7 +122,8 @@ def _clean_runs_source(args: argparse.Namespace, key: str) -> tuple[list[Results
     if args.results:
         return _results_files(args.results), ", ".join(map(str, args.results))
     with cli_history.open_store(args) as hist:
-        ids = {i for run_ids in hist.clean_candidates(key, args.from_runs, args.scenario).values() for i in run_ids}
+        candidates = hist.clean_candidates(key, args.from_runs, args.scenario, judged_bad=bool(args.accept))
+        ids = {i for run_ids in candidates.values() for i in run_ids}
         return hist.load(ids), f"the run history at {history.shown(hist.url)}"
 
 
@@ -125,9 +143,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     root = _opt(args, "baseline_dir")
-    keys = [args.machine] if args.machine else machine_keys(root)
+    if not Path(root).is_dir():
+        raise BaselineError(f"there is no baseline directory {root} (--baseline-dir, PERF_BASELINE_DIR): name the "
+                            f"directory this host's pools were recorded into, or record them there with "
+                            f"`perf-baseline update --from-runs {POOL_RUNS} --baseline-dir {root}`")
+    present = machine_keys(root)
+    if args.machine and args.machine not in present:
+        raise BaselineError(f"no pools of machine key {args.machine} under {root}; it holds "
+                            f"{', '.join(present) or 'no pools at all'}")
+    keys = [args.machine] if args.machine else present
     if not keys:
-        print(f"no baselines under {root}; record them with `perf-baseline update --from-runs 5`")
+        print(f"no baselines under {root}; record them with `perf-baseline update --from-runs {POOL_RUNS}`")
         return 0
     here = MachineInfo.collect().host
     for key in keys:
@@ -210,17 +236,19 @@ def parser() -> argparse.ArgumentParser:
     def add(name: str, func, help_: str, opts: tuple[str, ...] = ("baseline_dir",)) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help_)
         options.add_options(sp.add_argument, prefix="", names=opts)
-        sp.set_defaults(func=func)
+        sp.set_defaults(func=func, options=opts)
         return sp
 
     sp = add("update", cmd_update, "add runs to the pooled baselines (guarded)",
              ("baseline_dir", "results_dir", "history_url"))
     sp.add_argument("--from", dest="results", nargs="+", type=Path, metavar="RESULT_OR_DIR")
-    sp.add_argument("--from-runs", type=int, metavar="K", help="rebuild each pool from the newest K clean runs of "
-                    "the machine key in the run history (or in the --from results)")
+    sp.add_argument("--from-runs", type=options.parse_positive_int, metavar="K", help="rebuild each pool from the "
+                    "newest K clean runs of the machine key in the run history (or in the --from results); fewer "
+                    "than K for a scenario is an error")
     sp.add_argument("--machine", metavar="KEY", help="machine key for --from-runs (default: this machine's)")
     sp.add_argument("--scenario", metavar="GLOB")
-    sp.add_argument("--accept", metavar="REASON", help="record runs judged regression/inconclusive, with this reason")
+    sp.add_argument("--accept", metavar="REASON", help="record runs judged regression/inconclusive (their own rows "
+                    "or a same-run invariant of theirs), with this reason")
     sp.add_argument("--replace", action="store_true", help="start the pools afresh from these runs")
     sp.add_argument("--dry-run", action="store_true")
     sp = add("compare", cmd_compare, "judge results against the pooled baselines", ("baseline_dir", "floor"))
@@ -244,8 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except PerfError as exc:
-        print(f"perf-baseline: error: {exc}", file=sys.stderr)
+    except PerfError as exc:  # the library names the pytest options; this command's own are spelled its way
+        print(f"perf-baseline: error: {options.spelled_for_cli(str(exc), args.options)}", file=sys.stderr)
         return 2
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -20,7 +21,7 @@ from engine_fixtures.errors import ConfigError
 from engine_fixtures.inject import Injection, parse_injection
 from engine_fixtures.judge.sequential import DEFAULT_MAX_REPEATS, DEFAULT_REPEATS
 from engine_fixtures.quota import QuotaSetting
-from engine_fixtures.redact import mask_password
+from engine_fixtures.redact import mask_value
 
 Parser = Callable[[str], Any]
 
@@ -90,7 +91,7 @@ def parse_bool(text: str) -> bool:
         return True
     if low in ("0", "false", "no", "off", ""):
         return False
-    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
+    raise argparse.ArgumentTypeError(f"expected yes or no (also true/false, on/off, 1/0), got {text!r}")
 
 
 def parse_cpu_list(text: str) -> tuple[int, ...]:
@@ -117,6 +118,7 @@ class Option:
     default: Any
     metavar: str = "VALUE"
     flag: bool = False  # a store_true option (no value on the command line)
+    show: Callable[[Any], str] | None = None  # the value as it is spelled on the command line, where not ``display``
 
     @property
     def cli(self) -> str:
@@ -157,7 +159,7 @@ OPTIONS: tuple[Option, ...] = (
            "many (at least --perf-repeats).", parse_positive_int, DEFAULT_MAX_REPEATS, "N"),
     Option("floor", "Override every judged metric's declared floor (the smallest change ever flagged), e.g. 5 or "
            "5%%. The tolerance itself comes from the noise measured in the pooled baseline.", parse_percent, None,
-           "PCT"),
+           "PCT", show=lambda v: f"{v * 100:g}%"),
     Option("reference", "Judge the engine tier as a paired A/B against this reference build, measured interleaved "
            "on this runner: venv:DIR, python:PATH, site:DIR, wheel:FILE.whl, patch:NAME=MS, env:K=V (join with "
            "'+'). Without it, results are judged against the pooled baselines.", parse_reference, None, "BUILD"),
@@ -211,7 +213,8 @@ OPTIONS: tuple[Option, ...] = (
            1800.0, "S"),
     Option("ab_detect", "A group of engines: the widest change a pass may promise to catch, e.g. 10 or 10%%, on "
            "every log-scale metric (default twice each metric's declared live-contrast size: 20%% for throughput, "
-           "TTFT and TPOT); a run that cannot promise it is inconclusive.", parse_percent, None, "PCT"),
+           "TTFT and TPOT); a run that cannot promise it is inconclusive.", parse_percent, None, "PCT",
+           show=lambda v: f"{v * 100:g}%"),
     Option("require_gpu", "This run tests the GPU tier on N GPUs: the session stops at start unless NVML sees N GPUs "
            "and SGLang is installed, so GPU tests can never skip unseen (perf-gpu and the GPU workflow set it).",
            parse_positive_int, None, "N"),
@@ -231,12 +234,15 @@ OPTIONS_BY_NAME: Mapping[str, Option] = {o.name: o for o in OPTIONS}
 
 
 def add_options(addoption: Callable[..., Any], prefix: str = "perf-", names: tuple[str, ...] | None = None) -> None:
-    """Add options to a pytest group (prefix ``perf-``) or an argparse parser (prefix ``''``)."""
+    """Add options to a pytest group (prefix ``perf-``) or an argparse parser (prefix ``''``: a CLI, which reads
+    no ini file)."""
     for opt in OPTIONS:
         if names is not None and opt.name not in names:
             continue
         flag = "--" + prefix + opt.name.replace("_", "-")
-        default_text = f" Default: {opt.default!r}; env {opt.env}; ini {opt.ini}."
+        default = "" if "Default:" in opt.help else f" Default: {display(opt.default, opt)};"  # help says it
+        ini = f"; ini {opt.ini}" if prefix else ""
+        default_text = f"{default} {'env' if default else 'Env'} {opt.env}{ini}.".replace("%", "%%")
         if opt.flag:
             addoption(flag, action="store_true", default=None, help=opt.help + default_text)
         else:
@@ -249,13 +255,33 @@ class Resolved:
     source: str  # "default", "ini perf_x", "PERF_X environment variable", "--perf-x", "marker m(x=...)"
 
 
-def display(value: Any) -> str:
-    """An option's value for headers and messages (``repr``; a build's label; a URL's password masked)."""
-    if isinstance(value, QuotaSetting):
-        return repr(str(value))
+def display(value: Any, opt: Option | None = None) -> str:
+    """An option's value as it is spelled on the command line, for help, headers and messages (``yes``/``no``, a
+    path, ``auto``, a build's label, ``slow:torch=6``, ``0,1``; a URL's password masked); None is ``unset``."""
+    if opt is not None and opt.show is not None and value is not None:
+        return opt.show(value)
+    if value is None or value == "":
+        return "unset"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, EngineBuild):
-        return repr(value.label)
-    return mask_password(repr(value))
+        return value.label
+    if isinstance(value, Injection):
+        return value.describe()
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple):
+        return ",".join(display(v) for v in value)
+    return mask_value(str(value))  # str, Path, QuotaSetting (its str is its spelling), int
+
+
+def spelled_for_cli(text: str, names: Iterable[str]) -> str:
+    """``text`` (a message naming ``--perf-*`` options) as a CLI says it: its own options ``names`` are spelled
+    without the ``perf-`` prefix (``--perf-history-url`` -> ``--history-url``), the way ``add_options`` adds them."""
+    for name in names:
+        opt = OPTIONS_BY_NAME[name]
+        text = re.sub(rf"{re.escape(opt.cli)}(?![\w-])", "--" + name.replace("_", "-"), text)
+    return text
 
 
 def _parse(opt: Option, raw: Any, where: str) -> Any:

@@ -61,8 +61,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     machine = config.stash.get(_MACHINE_KEY, None)
     settings = config.stash[perf_settings.SETTINGS_KEY]
     lines = list(machine.header_lines()) if machine is not None else []
-    changed = [f"{name}={options.display(getattr(settings, name))} ({src})" for name, src in settings.sources.items()
-               if not src.startswith("default")]
+    changed = [f"{name}={options.display(getattr(settings, name), options.OPTIONS_BY_NAME[name])} ({src})"
+               for name, src in settings.sources.items() if not src.startswith("default")]
     lines.append("perf options: " + (", ".join(changed) if changed else "all defaults"))
     from engine_fixtures.session.run_guard import header_lines
 

@@ -62,8 +62,10 @@ class QuotaSetting:
         try:
             number = float(low)
         except ValueError:
-            raise ValueError(f"expected 'auto', 'none' or a number of cores > 0, got {text!r}") from None
-        return cls("cores", checked_cores(number, "--perf-cpu-quota"))
+            number = math.nan
+        if not 0 < number < math.inf:  # the CLI's spelling, not checked_cores' Python one (None)
+            raise ValueError(f"expected 'auto', 'none' or a number of cores > 0, got {text!r}")
+        return cls("cores", number)
 
     def __str__(self) -> str:
         return self.mode if self.cores is None else f"{self.cores:g}"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import torch
 
 from engine_fixtures.errors import MeasurementError, ProcessCrashed
+from engine_fixtures.isolation import owner
 from engine_fixtures.isolation.cgroups import CpuQuota
 from engine_fixtures.isolation.process import CHILD_PASSTHROUGH, LaunchSpec, Supervised, curated_env
 from engine_fixtures.judge.sequential import Budget, measure_until_decided
@@ -84,7 +84,7 @@ def under_quota_until_decided(mb: float, threads: int, quota: float | None, copi
 
 
 def _run(spec: str, quota: float | None) -> dict:
-    with tempfile.TemporaryDirectory(prefix="perf-mbench-") as tmp, CpuQuota(quota, name="perf-mbench") as q:
+    with owner.temp_dir("mbench") as tmp, CpuQuota(quota, name="perf-mbench") as q:
         launch = LaunchSpec((sys.executable, "-m", "engine_fixtures.cpu_tier.copyloop", spec),
                             Path(tmp, "copyloop.log"), curated_env(passthrough=CHILD_PASSTHROUGH), name="copy loop",
                             stdio="pipes", text=True, new_session=False)

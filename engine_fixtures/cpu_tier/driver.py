@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from statistics import median
@@ -34,6 +33,7 @@ from engine_fixtures.cpu_tier.producer import MECH_PREFIX
 from engine_fixtures.cpu_tier.rig import Rig
 from engine_fixtures.errors import ConfigError, LeakError
 from engine_fixtures.inject import Injection
+from engine_fixtures.isolation import owner
 from engine_fixtures.isolation.cgroups import PREFIX
 from engine_fixtures.isolation.leaks import Leaks, LeakSnapshot, semaphore_files
 from engine_fixtures.judge.blocks import block_effect
@@ -80,7 +80,7 @@ def run_arms(arms: Sequence[CpuTierArm], budget: Budget, warmup: int = 1, reques
     windows: list[list[dict[str, float]]] = [[] for _ in arms]
     rigs: list[Rig] = []
     try:
-        with tempfile.TemporaryDirectory(prefix="perf-mech-") as tmp, ExitStack() as stack:
+        with owner.temp_dir("mech") as tmp, ExitStack() as stack:
             for i, arm in enumerate(arms):
                 impl, spin_ms = injection.for_arm(arm.copy)
                 rigs.append(Rig.start(arm, stack, tmp, i, CGROUP_NAME, copy_impl=impl, spin_ms=spin_ms))

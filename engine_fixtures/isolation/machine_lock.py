@@ -3,7 +3,9 @@
 Two perf runs on one box corrupt each other's numbers (they share the CPUs, the GPU and /dev/shm), so a run
 that will measure serialises on ``<state dir>/lock`` before its first test. The lock is ``flock``: the kernel
 releases it when the holder dies, SIGKILL included, so a killed run never blocks the next one. The holder
-writes who it is into the file, so a waiter can say whom it waits for.
+writes who it is into the file (pid, start time, its command line with secrets masked: ``redact.command_line``),
+so a waiter can say whom it waits for. The file is mode 0666, the one file that needs it: every user's run that
+takes the lock writes its own line into it.
 
 Contracts:
 - ``MachineLock(path).acquire(timeout_s, on_wait=None)`` returns ``"acquired"`` at once when the lock is free;
@@ -21,7 +23,6 @@ import fcntl
 import json
 import os
 import select
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ import psutil
 
 from engine_fixtures.errors import MachineBusy
 from engine_fixtures.isolation import owner
+from engine_fixtures.redact import command_line
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ class MachineLock:
         me = owner.current()
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": me.pid, "start_cs": me.start_cs,
-                                  "command": " ".join(sys.argv)[:500]}).encode(), 0)
+                                  "command": command_line()[:500]}).encode(), 0)
 
     def acquire(self, timeout_s: float, on_wait=None, recheck_s: float = 0.5) -> str:  # type: ignore[no-untyped-def]
         """Take the lock (see the module docstring); returns ``"acquired"`` or ``"nested"``."""

@@ -10,7 +10,9 @@ Where the token goes:
   children, also by multiprocessing's spawned ones): ``owner_of_process(pid)`` reads it back;
 - cgroup sandboxes are named ``perf-<name>-<token>-<6 hex>`` (``cgroups.CpuQuota``);
 - temp files of atomic writes are ``.<name>.<token>.<random>.tmp`` (``temp_prefix``, ``owner_of_temp``;
-  ``store.files``).
+  ``store.files``);
+- the run's temp dirs (sockets, child logs, py-spy recordings) are ``<tmp>/perf-<kind>-<token>-<random>``, mode
+  0700 (``temp_dir(kind)``, a ``tempfile.TemporaryDirectory``; ``owner_of_temp_dir``).
 
 Contracts:
 - ``current()``: the run this process belongs to: ``PERF_RUN_OWNER`` if set (a child of a run), else the
@@ -24,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import tempfile
 import time
 from collections.abc import MutableMapping
 from dataclasses import dataclass
@@ -33,6 +36,8 @@ import psutil
 OWNER_ENV = "PERF_RUN_OWNER"
 _TOKEN_RE = re.compile(r"(?P<pid>\d+)\.(?P<start>\d+)")
 _TEMP_RE = re.compile(r"\..+\.(?P<token>\d+\.\d+)\.[A-Za-z0-9_]+\.tmp")
+_KIND_RE = re.compile(r"[a-z]+")
+_TEMP_DIR_RE = re.compile(r"perf-[a-z]+-(?P<token>\d+\.\d+)-[A-Za-z0-9_]+")
 
 
 @dataclass(frozen=True)
@@ -114,4 +119,19 @@ def temp_prefix(name: str) -> str:
 def owner_of_temp(file_name: str) -> RunOwner | None:
     """The run whose atomic write left the temp file ``file_name``, else None."""
     m = _TEMP_RE.fullmatch(file_name)
+    return RunOwner.parse(m["token"]) if m else None
+
+
+def temp_dir(kind: str) -> tempfile.TemporaryDirectory[str]:
+    """A temp dir of this run, ``<tmp>/perf-<kind>-<token>-<random>`` (mode 0700), removed when its ``with`` ends;
+    a dead run's is removed by the next run's sweep. ``kind``: lower-case letters (``mech``, ``stream``)."""
+    if not _KIND_RE.fullmatch(kind):
+        raise ValueError(f"temp dir kind {kind!r}: use lower-case letters only")
+    return tempfile.TemporaryDirectory(prefix=f"perf-{kind}-{current().token}-")
+
+
+def owner_of_temp_dir(name: str) -> RunOwner | None:
+    """The run whose temp dir is named ``name``, else None (also for the unowned ``perf-<kind>-<random>`` dirs
+    of older versions, which are never touched)."""
+    m = _TEMP_DIR_RE.fullmatch(name)
     return RunOwner.parse(m["token"]) if m else None

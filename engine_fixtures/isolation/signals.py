@@ -2,6 +2,12 @@
 
 - ``describe_exit(returncode)``: a ``Popen.returncode`` in words (``killed by signal SIGKILL (9)``).
 - ``sigkill_and_wait(pids, timeout_s)``: SIGKILL and wait on pidfds without reaping; returns survivors.
+- ``TerminateAsInterrupt``: this process's SIGTERM raised as ``KeyboardInterrupt``, what SIGINT does, so a
+  cancelled job (SIGTERM to pytest) unwinds like Ctrl-C: every ``with`` and ``finally`` runs (engines stopped,
+  sandboxes and temp dirs removed, half-written files dropped), then pytest's own interrupt path (fixtures torn
+  down, exit status 2). The first SIGTERM raises; later ones while it unwinds are ignored, so they do not cut the
+  cleanup short (SIGKILL still ends it). ``install()`` (main thread only, else False) and ``restore()`` (the
+  handler before it).
 """
 
 from __future__ import annotations
@@ -10,8 +16,10 @@ import contextlib
 import os
 import select
 import signal
+import threading
 import time
 from collections.abc import Iterable
+from typing import Any
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -48,3 +56,29 @@ def sigkill_and_wait(pids: Iterable[int], timeout_s: float) -> tuple[int, ...]:
     finally:
         for fd in fds:
             os.close(fd)
+
+
+class TerminateAsInterrupt:
+    """SIGTERM as ``KeyboardInterrupt`` while installed (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._old: Any = None
+        self._installed = False
+        self.received = 0
+
+    def _handler(self, signum: int, frame: object) -> None:
+        self.received += 1
+        if self.received == 1:  # pytest prints the message: "KeyboardInterrupt: SIGTERM: ..."
+            raise KeyboardInterrupt("SIGTERM: stopping like Ctrl-C, cleaning up what this run started")
+
+    def install(self) -> bool:
+        if self._installed or threading.current_thread() is not threading.main_thread():
+            return False
+        self._old = signal.signal(signal.SIGTERM, self._handler)
+        self._installed = True
+        return True
+
+    def restore(self) -> None:
+        if self._installed:
+            signal.signal(signal.SIGTERM, self._old if self._old is not None else signal.SIG_DFL)
+            self._installed = False

@@ -18,9 +18,12 @@ false) and is not this one:
   other perf run and no SGLang process is alive (else they are left, with the dead runs' records for a later
   sweep, and the line says so);
 - temp files of atomic writes (``.<name>.<dead token>.<random>.tmp``) in this run's results directory and in
-  each dead run's recorded one, and the dead runs' records (``run_registry``).
+  each dead run's recorded one, and the dead runs' records (``run_registry``);
+- the dead runs' temp dirs (``perf-<kind>-<dead token>-<random>``: sockets, child logs, recordings;
+  ``owner.temp_dir``) in this run's temp directory and in each dead run's recorded one, after their processes.
 
-Sandboxes of an older version (``perf-<name>-<uuid>``, no owner token) are never touched. ``SweepReport.line()``
+Sandboxes and temp dirs of an older version (``perf-<name>-<uuid>``, ``perf-<kind>-<random>``: no owner token)
+are never touched. ``SweepReport.line()``
 is the one line a session prints ("" when nothing was found).
 """
 
@@ -29,6 +32,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterable
@@ -62,16 +67,18 @@ class SweepReport:
     processes: tuple[int, ...] = ()
     cgroups: tuple[str, ...] = ()  # sandbox names (one per sandbox, whatever the number of hierarchies)
     shm: tuple[str, ...] = ()
+    temp_dirs: tuple[str, ...] = ()  # the runs' temp dirs
     files: tuple[str, ...] = ()  # half-written files
     survivors: tuple[int, ...] = ()  # processes that outlived SIGKILL (uninterruptible sleep)
     kept: str = ""  # what was left alone, and why
 
     def __bool__(self) -> bool:
-        return bool(self.runs or self.processes or self.cgroups or self.shm or self.files or self.kept)
+        return bool(self.runs or self.processes or self.cgroups or self.shm or self.temp_dirs or self.files
+                    or self.kept)
 
     def counts(self) -> dict[str, int]:
         return {"processes": len(self.processes), "cgroups": len(self.cgroups), "shm": len(self.shm),
-                "files": len(self.files)}
+                "temp_dirs": len(self.temp_dirs), "files": len(self.files)}
 
     def line(self) -> str:
         if not self:
@@ -81,6 +88,7 @@ class SweepReport:
                + ", ".join(r.describe() for r in runs[:3]) + (", ..." if len(runs) > 3 else "") + ")")
         parts = [_n(len(self.processes), "process", "processes"), _n(len(self.cgroups), "cgroup sandbox",
                  "cgroup sandboxes"), _n(len(self.shm), "/dev/shm segment", "/dev/shm segments"),
+                 _n(len(self.temp_dirs), "temp dir", "temp dirs"),
                  _n(len(self.files), "half-written file", "half-written files")]
         found = ", ".join(p for p in parts if p) or "nothing else"
         text = f"perf sweep: removed what {who} left: {found}" if runs else f"perf sweep: removed {found}"
@@ -212,6 +220,22 @@ def _half_written(directories: Iterable[Path], me: owner.RunOwner) -> tuple[list
     return removed, runs
 
 
+def _temp_dirs(directories: Iterable[str], me: owner.RunOwner) -> tuple[list[str], set[owner.RunOwner]]:
+    """Dead runs' temp dirs (``owner.temp_dir``) in ``directories``, removed whole."""
+    removed, runs = [], set()
+    for d in {Path(x) for x in directories if x}:
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(d):
+                run = owner.owner_of_temp_dir(entry.name)
+                if not _dead(run, me) or not entry.is_dir(follow_symlinks=False):
+                    continue
+                shutil.rmtree(entry.path, ignore_errors=True)
+                if not os.path.lexists(entry.path):
+                    removed.append(entry.path)
+                    runs.add(run)  # type: ignore[arg-type]
+    return removed, runs
+
+
 def _engine_segments(prefixes: tuple[str, ...], dead: list[run_registry.RunRecord], me: owner.RunOwner,
                      others_alive: list[str]) -> tuple[list[str], str]:
     """Unheld owner-less engine segments that only a dead run can have made (see the module docstring)."""
@@ -271,6 +295,8 @@ def sweep(results_dir: Path | None = None, state: Path | None = None,
     dirs = [r.results_dir for r in dead_records] + ([str(results_dir)] if results_dir is not None else [])
     files, file_runs = _half_written(dirs, me)
     runs |= file_runs
+    temp_dirs, temp_runs = _temp_dirs([r.tmp_dir for r in dead_records] + [tempfile.gettempdir()], me)
+    runs |= temp_runs
     if state is not None:
         for tmp, run in run_registry.record_temps(state):
             if _dead(run, me):
@@ -282,5 +308,5 @@ def sweep(results_dir: Path | None = None, state: Path | None = None,
     if stuck:
         kept = "; ".join(filter(None, [kept, f"cgroups that would not go: {', '.join(stuck[:3])}"]))
     return SweepReport(tuple(sorted(runs, key=lambda r: r.start_cs)), tuple(sorted(victims)),
-                       tuple(sorted(cgroup_names)), tuple(sorted(shm)), tuple(sorted(files)),
+                       tuple(sorted(cgroup_names)), tuple(sorted(shm)), tuple(sorted(temp_dirs)), tuple(sorted(files)),
                        tuple(sorted(set(survivors))), kept)

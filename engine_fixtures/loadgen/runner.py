@@ -10,7 +10,6 @@ import os
 import pickle
 import select
 import sys
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engine_fixtures.errors import ConfigError, MeasurementError, ProcessCrashed
+from engine_fixtures.isolation import owner
 from engine_fixtures.isolation.process import CHILD_PASSTHROUGH, LaunchSpec, Supervised, curated_env
 from engine_fixtures.loadgen.load_report import LoadReport, build_report
 from engine_fixtures.loadgen.progress import ProgressDisplay
@@ -84,7 +84,7 @@ def run_load(
     chosen = check_cpus(cpus)
     deadline = default_deadline_s(spec) if deadline_s is None else deadline_s
     counter = _Progress()
-    with tempfile.TemporaryDirectory(prefix="perf-load-") as tmp:
+    with owner.temp_dir("load") as tmp:
         launch = LaunchSpec(
             (sys.executable, "-m", "engine_fixtures.loadgen.child"),
             Path(tmp, "load.log"),

@@ -26,6 +26,7 @@ from pathlib import Path
 from types import TracebackType
 
 from engine_fixtures.errors import ConfigError, MeasurementError, ProcessCrashed
+from engine_fixtures.isolation import owner
 from engine_fixtures.isolation.process import CHILD_PASSTHROUGH, LaunchSpec, Supervised, curated_env
 from engine_fixtures.loadgen.child import frame
 from engine_fixtures.loadgen.client import RawRun
@@ -131,7 +132,7 @@ class LoadStream:
         if importlib.util.find_spec("httptools") is None:
             raise ConfigError("the load stream's client needs httptools, which is not installed: `pip install "
                               "'httptools>=0.6,<1'` (a declared dependency of this suite)")
-        self._tmp = tempfile.TemporaryDirectory(prefix="perf-stream-")
+        self._tmp = owner.temp_dir("stream")
         launch = LaunchSpec((sys.executable, "-m", "engine_fixtures.loadgen.stream_child"),
                             Path(self._tmp.name, "load.log"), curated_env(passthrough=CHILD_PASSTHROUGH),
                             name="load stream", stdio="pipes", new_session=False, cpus=self.cpus)

@@ -25,11 +25,11 @@ one-line note, and ``report`` prints it instead of a differential.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine_fixtures.isolation import owner
 from engine_fixtures.isolation.roles import OTHER, SGLANG_ROLES, Role, discover
 from engine_fixtures.options import Settings
 from engine_fixtures.profile import record, store
@@ -80,7 +80,7 @@ def profile_engine(pids_by_role: Mapping[str, Sequence[int]], drive_load: Callab
     if settings.workdir is not None:
         return record.record(pids_by_role, drive_load, rate_hz=settings.rate_hz, seconds=settings.seconds,
                              workdir=settings.workdir / (label or "profile"), label=label, subprocesses=subprocesses)
-    with tempfile.TemporaryDirectory(prefix="perf-profile-") as tmp:
+    with owner.temp_dir("profile") as tmp:
         return record.record(pids_by_role, drive_load, rate_hz=settings.rate_hz, seconds=settings.seconds,
                              workdir=Path(tmp), label=label, subprocesses=subprocesses)
 

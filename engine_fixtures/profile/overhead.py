@@ -17,7 +17,6 @@ import argparse
 import json
 import math
 import statistics
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from scipy import stats
 
 from engine_fixtures.cpu_tier.arms import CpuTierArm
 from engine_fixtures.cpu_tier.rig import Rig
-from engine_fixtures.isolation import run_registry
+from engine_fixtures.isolation import owner, run_registry
 from engine_fixtures.isolation.machine_lock import MachineLock
 from engine_fixtures.profile import record
 
@@ -43,7 +42,7 @@ def main(argv: list[str] | None = None) -> dict:
     samples: list[int] = []
     lock = MachineLock(run_registry.state_dir(run_registry.default_state_dir()) / "lock")
     lock.acquire(1800.0, lambda holder, _timeout_s: print(f"waiting for the machine lock held by {holder}", flush=True))
-    with tempfile.TemporaryDirectory(prefix="perf-overhead-") as tmp, ExitStack() as stack:
+    with owner.temp_dir("overhead") as tmp, ExitStack() as stack:
         stack.callback(lock.release)
         rig = Rig.start(arm, stack, tmp, 0, "overhead")
         rig.window(a.requests)  # warmup: a fresh rig's first window runs slow

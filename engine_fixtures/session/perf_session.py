@@ -56,6 +56,8 @@ from engine_fixtures.store.results import ResultsFile, RunResult
 from engine_fixtures.store.runmeta import run_metadata, runner
 from engine_fixtures.store.update import apply, describe, plan_update
 
+EXPECTED = "xfail"  # the results file's status of an invariant a strict xfail expects to fail
+
 
 @dataclass(frozen=True)
 class Record:
@@ -64,6 +66,8 @@ class Record:
     arm: Mapping[str, str]
     verdicts: tuple[Verdict, ...]
     baseline_path: str | None = None
+    judges: tuple[str, ...] = ()  # an invariant: the measured scenarios (its arms) whose run it judges
+    expected: bool = False  # an invariant's regression that a strict xfail expects (a known regression)
 
 
 class PerfSession:
@@ -115,17 +119,27 @@ class PerfSession:
         self.record(result.scenario, result, [diagnostic(n, v, runs_for(n), why) for n, v in result.samples.items()],
                     None)
 
-    def record_invariant(self, nodeid: str, scenario: str, verdict: Verdict) -> None:
-        self.records.append(Record(nodeid, scenario, {}, (verdict,)))
+    def record_invariant(self, nodeid: str, scenario: str, verdict: Verdict, judges: Sequence[str] = (),
+                         expected: bool = False) -> None:
+        """A row with no arm of its own (an invariant, a contrast, a figure's row); ``judges``: the measured
+        scenarios whose run it judges (an invariant's two arms): its status is theirs in the results file, so a
+        run whose invariant was inconclusive is refused as a baseline like one whose own row was."""
+        self.records.append(Record(nodeid, scenario, {}, (verdict,), judges=tuple(judges), expected=expected))
 
     def rows(self) -> list[Row]:
         return [row for rec in self.records for row in rows_for(rec.scenario, rec.arm, rec.verdicts)]
 
     def verdict_statuses(self) -> dict[str, dict[str, str]]:
+        """Per measured scenario, each row's status: its own metrics' and those of the invariants that judge it
+        (``EXPECTED`` for a known regression's expected failure, which does not refuse the run)."""
         out: dict[str, dict[str, str]] = {}
         for rec in self.records:
             if rec.arm:
                 out.setdefault(rec.scenario, {}).update({v.metric: v.status for v in rec.verdicts})
+            for scenario in rec.judges:
+                out.setdefault(scenario, {}).update(
+                    {v.metric: EXPECTED if rec.expected and v.status == "regression" else v.status
+                     for v in rec.verdicts})
         return out
 
     @property

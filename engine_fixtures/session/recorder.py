@@ -61,6 +61,16 @@ def marker_floor(item: pytest.Item, default: float | None) -> float | None:
     return resolve("floor", marker=(f"marker perf(floor=...) on {item.nodeid}", str(raw))).value
 
 
+def expects_violation(item: pytest.Item) -> bool:
+    """The test is a strict expected failure that applies here (``known_regression``): its invariant's regression is
+    the known one, not a reason to refuse the run as a baseline."""
+    mark = item.get_closest_marker("xfail")
+    if mark is None or not mark.kwargs.get("strict", False):
+        return False
+    condition = mark.args[0] if mark.args else mark.kwargs.get("condition", True)
+    return condition is True
+
+
 def alpha_of(result: RunResult) -> float:
     return float(result.metadata.get(ALPHA_KEY, ALPHA))
 
@@ -137,7 +147,8 @@ class PerfRecorder:
                                   reference_instances=None if paired else _instances(reference, ref),
                                   current_instances=None if paired else _instances(current, cur))
         scenario = current.scenario if isinstance(current, RunResult) else self.item.nodeid
-        self.session.record_invariant(self.item.nodeid, scenario, verdict)
+        arms = tuple(dict.fromkeys(x.scenario for x in (current, reference) if isinstance(x, RunResult)))
+        self.session.record_invariant(self.item.nodeid, scenario, verdict, arms, expects_violation(self.item))
         self.sections_for(scenario, {}, [verdict], "same-run invariant")
         keys = [label, *(x.scenario for x in (reference, current) if isinstance(x, RunResult))]
         where = _where(self.session.profiles.failure_text(keys))
@@ -267,7 +278,8 @@ class InvariantJudge:
                           len(values), f"{bound.metric} of {bound.arm}: {rule} {seen:.3g} over {len(values)} windows "
                           f"({bound.kind.replace('_', ' ')} {bound.limit:g}): "
                           f"{'holds' if holds else 'invariant violated'}", "linear")
-        self.recorder.session.record_invariant(self.recorder.item.nodeid, result.scenario, verdict)
+        self.recorder.session.record_invariant(self.recorder.item.nodeid, result.scenario, verdict,
+                                               (result.scenario,), expects_violation(self.recorder.item))
         self.recorder.sections_for(result.scenario, {}, [verdict], "counter invariant")
         if status == "regression":
             raise InvariantViolated(f"performance invariant violated: {verdict.message}")

@@ -8,7 +8,10 @@ Wiring (plugin.py, in ``pytest_configure`` after the settings are stashed)::
 ``install_run_guard`` (not on xdist workers, which belong to their controller's run):
 - makes this pytest session a run of its own (``isolation.owner.claim``: the token every child inherits);
 - sweeps what dead runs left (``isolation.sweep``) and records this run (``isolation.run_registry``); the
-  sweep's one line appears in the report header and among the session's findings (``summary.md``).
+  sweep's one line appears in the report header and among the session's findings (``summary.md``);
+- turns SIGTERM into pytest's interrupt path (``isolation.signals.TerminateAsInterrupt``): a cancelled job
+  cleans up like Ctrl-C instead of leaving its engines, sandboxes, temp dirs and record to the next run's sweep;
+  the old handler is back when the session ends.
 Its hooks: after collection, a session with a measured test (``marks.MEASURED``) that is not skipped takes the
 machine lock (``isolation.machine_lock``), saying whom it waits for; past ``--perf-lock-timeout`` the session
 ends with a usage error naming the holder. At the end the lock is released and the record removed.
@@ -25,6 +28,7 @@ from engine_fixtures.engine.factory import ENGINE_SHM_PREFIXES
 from engine_fixtures.errors import MachineBusy
 from engine_fixtures.isolation import owner, run_registry
 from engine_fixtures.isolation.machine_lock import Holder, MachineLock
+from engine_fixtures.isolation.signals import TerminateAsInterrupt
 from engine_fixtures.isolation.sweep import SweepReport, sweep
 from engine_fixtures.options import Settings
 from engine_fixtures.session import marks
@@ -43,9 +47,11 @@ class RunGuard:
         self.report = SweepReport()
         self.record: Path | None = None
         self.notes: list[str] = []
+        self.terminate = TerminateAsInterrupt()
 
     def start(self) -> None:
         owner.claim()
+        self.terminate.install()
         try:
             run_registry.state_dir(self.state)
         except OSError as exc:  # session.preflight refused an unusable one at start: this one broke since
@@ -90,6 +96,7 @@ class RunGuard:
         self.lock.release()
         run_registry.unregister(self.record)
         self.record = None
+        self.terminate.restore()
 
 
 GUARD_KEY = pytest.StashKey[RunGuard]()

@@ -334,14 +334,17 @@ class HistoryStore:
             out[key] = pts  # the query's order: measured_at, then the order the runs were stored in
         return out
 
-    def clean_candidates(self, machine_key: str, k: int, pattern: str | None = None) -> dict[str, list[str]]:
+    def clean_candidates(self, machine_key: str, k: int, pattern: str | None = None,
+                         judged_bad: bool = False) -> dict[str, list[str]]:
         """Per scenario, the run ids of the newest ``k`` clean runs of ``machine_key`` (oldest first): no injection,
-        no A/B reference, not judged regression or inconclusive (``store.update.refusal`` decides again)."""
+        no A/B reference, not judged regression or inconclusive unless ``judged_bad`` (``--accept``;
+        ``store.update.refusal`` decides again)."""
         q = (sa.select(results.c.scenario, runs.c.run_id)
              .select_from(runs.join(results, results.c.run_pk == runs.c.id))
-             .where(runs.c.machine_key == machine_key, runs.c.injection == "", runs.c.reference == "",
-                    results.c.outcome.not_in(BAD))
+             .where(runs.c.machine_key == machine_key, runs.c.injection == "", runs.c.reference == "")
              .order_by(runs.c.measured_at.desc(), runs.c.id.desc()))
+        if not judged_bad:
+            q = q.where(results.c.outcome.not_in(BAD))
         chosen: dict[str, list[str]] = {}
         with translated(self.url, "read"), self._read() as conn:
             for scenario, run_id in conn.execute(q):

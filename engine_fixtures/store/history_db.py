@@ -33,7 +33,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from engine_fixtures.errors import PerfError
-from engine_fixtures.redact import mask_password
+from engine_fixtures.redact import mask_value
 from engine_fixtures.store.files import place_problem
 from engine_fixtures.store.history_schema import SCHEMA_REVISION
 
@@ -57,7 +57,7 @@ def shown(url: URL | str) -> str:
     """The URL as it may appear in a message or a log: the password masked."""
     if isinstance(url, URL):
         return url.render_as_string(hide_password=True)
-    return mask_password(url)
+    return mask_value(url)
 
 
 def resolve_url(option: str | None, results_dir: Path) -> URL | None:

@@ -5,15 +5,14 @@ from __future__ import annotations
 import datetime as _dt
 import importlib.metadata
 import platform
-import shlex
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from engine_fixtures import sglang_version
 from engine_fixtures.machine import runner_label
+from engine_fixtures.redact import command_line
 
 VERSIONED_PACKAGES = ("sglang", "torch", "sglang-perf-suite", "scipy", "numpy")
 
@@ -54,7 +53,7 @@ def run_metadata(argv: list[str] | None = None) -> dict[str, Any]:
     return {
         "suite_commit": suite_commit(),
         "date": now_iso(),
-        "command": shlex.join(sys.argv if argv is None else argv),
+        "command": command_line(argv),  # secrets masked: a history URL's password
         "versions": versions(),
     }
 

@@ -2,7 +2,9 @@
 
 - A run enters a pool only if it is *clean*: its verdicts for the scenario were ``pass``, ``improvement``
   or none at all (a first run on a new machine has nothing to be judged against). A run judged ``regression``
-  or ``inconclusive`` is refused unless ``accept`` gives a reason, which is stored with the run.
+  or ``inconclusive`` is refused unless ``accept`` gives a reason, which is stored with the run; the verdicts
+  include the same-run invariants that compare the scenario with another arm (a known regression's expected
+  failure, ``xfail``, does not refuse it).
 - Runs measured with an injected slowdown or fault, or in an A/B comparison against a reference build, are
   never pooled: they do not describe the build.
 - A pool belongs to one host (``machine.HostIdentity``, recorded as the pool's ``host``): a run whose results
@@ -51,8 +53,9 @@ def refusal(rf: ResultsFile, scenario: str, accept: str | None) -> str | None:
                 "only the host that recorded it, so a run of an unknown host is never pooled")
     outcome = rf.outcome(scenario)
     if outcome in BAD and not accept:
-        return (f"{rf.run_id}: {scenario} was judged {outcome}; record it only with --accept REASON "
-                "(the reason is stored with the run)")
+        rows = sorted(name for name, status in rf.verdicts.get(scenario, {}).items() if status == outcome)
+        return (f"{rf.run_id}: {scenario} was judged {outcome} ({', '.join(rows)}); record it only with --accept "
+                "REASON (the reason is stored with the run)")
     return None
 
 
@@ -132,9 +135,10 @@ def _pct(entry: dict) -> str:
 
 
 def last_clean_runs(files: Sequence[ResultsFile], machine_key: str, k: int, scenario_glob: str | None = None,
-                    host: HostIdentity | None = None) -> dict[str, list[ResultsFile]]:
+                    host: HostIdentity | None = None, accept: str | None = None) -> dict[str, list[ResultsFile]]:
     """Per scenario, the newest ``k`` clean runs of ``machine_key`` measured on ``host`` (oldest first); without
-    ``host``, on the host of the newest run of ``machine_key`` that records one (a pool is one host's)."""
+    ``host``, on the host of the newest run of ``machine_key`` that records one (a pool is one host's). With
+    ``accept``, runs judged regression or inconclusive count too (``refusal``)."""
     mine = sorted((f for f in files if f.machine_key == machine_key), key=lambda r: r.date, reverse=True)
     if host is None:
         host = next((h for f in mine if (h := host_of(f.machine)) is not None), None)
@@ -144,6 +148,6 @@ def last_clean_runs(files: Sequence[ResultsFile], machine_key: str, k: int, scen
             s = result.scenario
             if scenario_glob is not None and not fnmatch.fnmatchcase(s, scenario_glob):
                 continue
-            if refusal(rf, s, None) is None and len(chosen.setdefault(s, [])) < k:
+            if refusal(rf, s, accept) is None and len(chosen.setdefault(s, [])) < k:
                 chosen[s].append(rf)
     return {s: list(reversed(v)) for s, v in chosen.items()}

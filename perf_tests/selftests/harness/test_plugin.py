@@ -53,5 +53,5 @@ def test_header_states_the_machine_and_changed_options(pytester: pytest.Pytester
     result.stdout.fnmatch_lines([
         "perf machine: *visible CPUs, effective CPU quota *",
         "perf machine key: cpu-*__quota-*__gpu-*",
-        "perf options: scale='full' (command line --perf-scale)",  # defaults (strict among them) are not listed
+        "perf options: scale=full (command line --perf-scale)",  # defaults (strict among them) are not listed
     ])

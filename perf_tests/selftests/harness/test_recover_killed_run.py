@@ -9,6 +9,7 @@ an atomic results write half done when it is killed.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -20,7 +21,8 @@ import pytest
 
 from engine_fixtures.isolation import owner
 from engine_fixtures.isolation.leaks import SHM_DIR
-from engine_fixtures.isolation.signals import sigkill_and_wait
+from engine_fixtures.isolation.machine_lock import MachineLock
+from engine_fixtures.isolation.signals import TerminateAsInterrupt, sigkill_and_wait
 from perf_tests.process_wait import wait_for
 
 pytest_plugins = ("pytester",)
@@ -152,3 +154,76 @@ def test_next_run_removes_what_the_killed_run_left(pytester: pytest.Pytester, tm
         bystander.send_signal(signal.SIGTERM)
         bystander.wait(timeout=60)
         sigkill_and_wait(facts["tree"] if ready.exists() else [], 10)
+
+
+CANCELLED = """
+import json, sys, threading
+from pathlib import Path
+import pytest
+from engine_fixtures.isolation import owner
+from engine_fixtures.isolation.cgroups import CpuQuota
+from engine_fixtures.isolation.process import LaunchSpec, Supervised, curated_env
+from engine_fixtures.store.files import atomic_writer
+
+@pytest.mark.perf
+def test_held_until_the_job_is_cancelled(perf_settings):
+    with owner.temp_dir("held") as tmp, CpuQuota(0.5, name="held") as quota:
+        spec = LaunchSpec((sys.executable, "-c", "import threading; threading.Event().wait()"), Path(tmp, "child.log"),
+                          curated_env(), name="held child")
+        with Supervised.start(spec, quota) as child, \
+                atomic_writer(perf_settings.results_dir / "results-held.json") as fh:
+            fh.write("{")
+            fh.flush()
+            Path(READY_PATH).write_text(json.dumps({"tmp": tmp, "child": child.pid,
+                                                   "cgroups": [str(p) for p in quota.paths]}))
+            threading.Event().wait()  # the job is cancelled here: SIGTERM, as CI runners send first
+"""
+
+
+@pytest.mark.cgroup
+def test_a_cancelled_run_cleans_up_on_sigterm_like_on_ctrl_c(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """SIGTERM to pytest unwinds like SIGINT: its child stopped, its sandbox, temp dir, half-written file, run
+    record and lock gone at once, nothing left for the next run's sweep."""
+    state, results, ready = tmp_path / "state", tmp_path / "results", tmp_path / "ready.json"
+    test = pytester.makepyfile(test_cancelled=CANCELLED.replace("READY_PATH", repr(str(ready))))
+    log = tmp_path / "run.log"
+    with open(log, "w") as out:
+        run = pytester.popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(test), "--perf-state-dir",
+                              str(state), "--perf-results-dir", str(results)], stdout=out,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    facts: dict = {}
+    try:
+        wait_for(ready.exists, run, context=lambda: log.read_text()[-3000:])
+        facts = json.loads(ready.read_text())
+        assert alive(facts["child"])
+        assert all(Path(p).is_dir() for p in facts["cgroups"])
+        assert list((state / "runs").glob("*.json"))
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=60) == pytest.ExitCode.INTERRUPTED, log.read_text()[-3000:]
+        assert "KeyboardInterrupt: SIGTERM: stopping like Ctrl-C" in log.read_text()
+        assert not alive(facts["child"])
+        assert not [p for p in facts["cgroups"] if Path(p).exists()]
+        assert not Path(facts["tmp"]).exists()
+        assert not [p.name for p in results.iterdir() if p.name.endswith(".tmp")] if results.exists() else True
+        assert not list((state / "runs").iterdir())
+        lock = MachineLock(state / "lock")
+        assert lock.acquire(0) == "acquired"
+        lock.release()
+    finally:
+        run.kill()
+        run.wait(timeout=30)
+        sigkill_and_wait([facts["child"]] if facts else [], 10)
+
+
+def test_sigterm_is_an_interrupt_once_and_the_old_handler_comes_back() -> None:
+    old = signal.getsignal(signal.SIGTERM)
+    term = TerminateAsInterrupt()
+    assert term.install()
+    try:
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):  # the handler runs in this thread at once
+            os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # a second one while it unwinds: ignored, the cleanup goes on
+        assert term.received == 2
+    finally:
+        term.restore()
+    assert signal.getsignal(signal.SIGTERM) is old

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -279,3 +280,41 @@ def test_a_segment_held_only_inside_a_dead_sandbox_goes_with_it(tmp_path: Path, 
             if pipe is not None:
                 pipe.close()
         (SHM_DIR / name).unlink(missing_ok=True)
+
+
+def test_a_dead_runs_temp_dir_goes_and_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A killed run's temp dir (its sockets and child logs, ``owner.temp_dir``) goes with the run; a live run's and
+    an unowned one (older versions) stay."""
+    exited = subprocess.Popen(["true"])
+    dead = owner.RunOwner.of_pid(exited.pid)
+    exited.wait(timeout=30)
+    assert dead is not None
+    state, tmp = run_registry.state_dir(tmp_path / "state"), tmp_path / "tmp"  # the dead run's own TMPDIR
+    tmp.mkdir()
+    record = {"pid": dead.pid, "start_cs": dead.start_cs, "started": "", "command": "pytest", "cwd": "/",
+              "results_dir": str(tmp_path / "results"), "tmp_dir": str(tmp)}
+    (state / "runs" / f"{dead.token}.json").write_text(json.dumps(record))
+    left = tmp / f"perf-mech-{dead.token}-k2j4_x9q"
+    left.mkdir()
+    (left / "producer-0.log").write_text("...")
+    monkeypatch.chdir(left)  # a socket's path is short: bound relative to its directory
+    with socket.socket(socket.AF_UNIX) as s:  # a listener's socket file outlives its process
+        s.bind("c0.sock")
+    monkeypatch.chdir(tmp_path)
+    live = tmp / f"perf-mech-{owner.current().token}-abcdefgh"
+    unowned = tmp / "perf-mech-abcdefgh"
+    live.mkdir()
+    unowned.mkdir()
+    assert (left / "c0.sock").is_socket()
+
+    report = sweep(None, state)
+
+    assert not left.exists()
+    assert str(left) in report.temp_dirs
+    assert dead.token in [r.token for r in report.runs]
+    assert re.search(r"left: (.*, )?\d+ temp dirs?", report.line()), report.line()
+    assert live.is_dir()
+    assert unowned.is_dir()
+    assert not (state / "runs" / f"{dead.token}.json").exists()
+    with owner.temp_dir("mech") as mine:  # the suite's own temp dirs carry the run's token
+        assert owner.owner_of_temp_dir(Path(mine).name) == owner.current()

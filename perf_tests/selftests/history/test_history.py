@@ -107,6 +107,10 @@ def test_update_from_runs_pools_the_newest_clean_runs_of_the_store(history_url: 
     assert f"engine/transport=cpu/copy=buffer/c=16: pooling {expected}" in out
     pool = json.loads(next((bl / "fleet-box").glob("*.json")).read_text())
     assert [r["run_id"] for r in pool["runs"]] == [make_run(1, i).run_id for i in (7, 8, 9)]
+    assert main(["update", "--from-runs", "3", "--machine", "fleet-box", "--history-url", history_url,  # run 10 too
+                 "--baseline-dir", str(bl), "--scenario", "*copy=buffer*", "--accept", "looked at run 10"]) == 0
+    expected = ", ".join(make_run(1, i).run_id for i in (8, 9, 10))
+    assert f"engine/transport=cpu/copy=buffer/c=16: pooling {expected}" in capsys.readouterr().out
 
 
 def test_history_shows_the_change_and_draws_it(history_url: str, tmp_path: Path,

@@ -94,8 +94,44 @@ def test_update_from_runs_pools_the_newest_clean_runs_and_refuses_regressions(
     assert "refused m1@r6: demo/c=4 was judged regression" in capsys.readouterr().out
     assert main(["update", "--from", str(res / "results-r6.json"), "--baseline-dir", bl, "--accept", "known"]) == 0
     assert "+1 run(s) m1@r6" in capsys.readouterr().out
-    assert main(["update", "--from-runs", "9", "--from", str(res), "--machine", "m1", "--baseline-dir", bl]) == 0
-    assert "only 5 clean run(s)" in capsys.readouterr().out
+    assert main(["update", "--from-runs", "9", "--from", str(res), "--machine", "m1", "--baseline-dir", bl]) == 2
+    out, err = capsys.readouterr()
+    assert "demo/c=4: found 5 clean run(s) of the 9 asked; not pooled" in out
+    assert "--from-runs 9: 1 scenario(s) have fewer clean runs than asked" in err
+    assert "demo/c=4 (5 of 9). Run the suite 4 more time(s)" in err
+    assert "or pool what there is with --from-runs 5" in err
+
+
+def test_update_from_runs_refuses_runs_whose_invariant_was_inconclusive_unless_accepted(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bl = str(tmp_path / "bl")
+    for i in (1, 2, 3):
+        path = results_file(tmp_path, f"r{i}", noisy(10.0, i), date=f"2025-01-0{i}T00:00:00+00:00", verdict="pass")
+        data = json.loads(path.read_text())
+        data["verdicts"]["demo/c=4"]["requests_per_s ratio buffer >= torch"] = "inconclusive"
+        path.write_text(json.dumps(data))
+    args = ["update", "--from-runs", "3", "--from", str(tmp_path), "--machine", "m1", "--baseline-dir", bl]
+    assert main(args) == 2
+    assert "runs judged regression or inconclusive need --accept REASON" in capsys.readouterr().err
+    assert not (tmp_path / "bl").exists()
+    assert main([*args, "--accept", "a noisy box, looked at"]) == 0
+    assert "demo/c=4: pooling m1@r1, m1@r2, m1@r3" in capsys.readouterr().out
+    pool = json.loads((tmp_path / "bl" / "m1" / "demo%2Fc=4.json").read_text())
+    assert {r["accepted"] for r in pool["runs"]} == {"a noisy box, looked at"}
+
+
+def test_update_from_runs_needs_a_positive_k_and_show_a_baseline_dir_that_exists(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results_file(tmp_path, "r1", noisy(10.0, 1), verdict="pass")
+    for k in ("0", "-1"):
+        with pytest.raises(SystemExit) as usage:
+            main(["update", "--from-runs", k, "--from", str(tmp_path), "--machine", "m1"])
+        assert usage.value.code == 2
+        assert f"argument --from-runs: must be >= 1, got {k}" in capsys.readouterr().err
+    assert main(["show", "--baseline-dir", str(tmp_path / "nonexistent")]) == 2
+    assert f"there is no baseline directory {tmp_path / 'nonexistent'} (--baseline-dir" in capsys.readouterr().err
+    assert main(["show", "--baseline-dir", str(tmp_path), "--machine", "m9"]) == 2
+    assert "no pools of machine key m9" in capsys.readouterr().err
 
 
 def test_validate_counts_false_alarms_and_detections_on_runs(tmp_path: Path,

@@ -101,7 +101,7 @@ def test_a_slowdown_is_a_regression_and_the_failure_shows_the_verdict_table(
     assert table.index("| regression |") < table.index("| report-only |")
     # a regressed run is not pooled without a reason
     r = run(suite, "--perf-update-baselines")
-    r.stdout.fnmatch_lines(["*refused*judged regression; record it only with --accept REASON*"])
+    r.stdout.fnmatch_lines(["*refused*judged regression (latency_p50_ms); record it only with --accept REASON*"])
 
 
 def test_inconclusive_fails_in_strict_mode_and_skips_otherwise_never_passes(
@@ -268,3 +268,44 @@ def test_a_cpu_quota_number_is_refused_on_the_cpu_tier(pytester: pytest.Pytester
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines(["*--perf-cpu-quota 2 (from command line --perf-cpu-quota)*would silently ignore it*"])
     run(pytester, "--perf-cpu-quota", "none").assert_outcomes(passed=1)
+
+
+INVARIANTS_FILE = """
+import pytest
+from engine_fixtures.errors import InvariantViolated
+from engine_fixtures.store.results import RunResult
+
+A = RunResult("inv/arm=a", {"arm": "a"}, {"requests_per_s": (10.0, 12.0, 9.0, 11.5, 8.5)})
+B = RunResult("inv/arm=b", {"arm": "b"}, {"requests_per_s": (10.5, 9.0, 12.0, 9.5, 11.0)})
+C = RunResult("inv/arm=c", {"arm": "c"}, {"requests_per_s": (5.0, 6.0, 4.5, 5.75, 4.25)})
+
+@pytest.mark.perf
+@pytest.mark.parametrize("result", [A, B, C], ids=["a", "b", "c"])
+def test_arm(perf_record, result):
+    perf_record(result)
+
+@pytest.mark.perf
+def test_undecided(perf_invariant):
+    perf_invariant("b >= a", "requests_per_s", A, B, 1.0)
+
+@pytest.mark.perf
+@pytest.mark.xfail(True, strict=True, raises=InvariantViolated, reason="a known regression")
+def test_known(perf_invariant):
+    perf_invariant("c >= a", "requests_per_s", A, C, 1.0)
+"""
+
+
+def test_a_run_whose_invariant_was_inconclusive_is_refused_as_a_baseline(pytester: pytest.Pytester) -> None:
+    """Issue 28, case 8: such a run was pooled without --accept (the invariant's verdict was not the arms')."""
+    pytester.makepyfile(test_inv=INVARIANTS_FILE)
+    r = run(pytester, "--perf-strict", "no", "--perf-update-baselines")
+    r.assert_outcomes(skipped=4, xfailed=1)
+    (results,) = (pytester.path / "out").glob("results-*.json")
+    verdicts = json.loads(results.read_text())["verdicts"]
+    assert verdicts["inv/arm=a"] == {"requests_per_s": "no-baseline", "requests_per_s ratio b >= a": "inconclusive",
+                                     "requests_per_s ratio c >= a": "xfail"}
+    assert verdicts["inv/arm=b"]["requests_per_s ratio b >= a"] == "inconclusive"
+    assert verdicts["inv/arm=c"]["requests_per_s ratio c >= a"] == "xfail"  # the known regression refuses nothing
+    r.stdout.fnmatch_lines(["*refused*inv/arm=a was judged inconclusive (requests_per_s ratio b >= a); record it "
+                            "only with --accept REASON*"])
+    assert sorted(p.name for p in (pytester.path / "bl").glob("*/*.json")) == ["inv%2Farm=c.json"]

@@ -1,0 +1,63 @@
+"""Options say what a user types: help, headers and errors spell values and flags as the command line does
+(issue 28, case 9: ``expected true/false`` for a yes|no option, ``None`` for ``none``, ``--perf-history-url`` in
+``perf-baseline``'s errors, Python reprs in help and headers)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from engine_fixtures import options
+from engine_fixtures.cli import main
+from engine_fixtures.errors import ConfigError
+from engine_fixtures.inject import parse_injection
+from engine_fixtures.quota import QuotaSetting
+
+REPRS = ("QuotaSetting(", "PosixPath(", "mappingproxy", "EngineBuild(", "Injection(", "None", "True", "False")
+
+
+def test_values_are_shown_as_the_command_line_spells_them() -> None:
+    show = options.display
+    by = options.OPTIONS_BY_NAME
+    assert show(QuotaSetting()) == "auto"
+    assert show(QuotaSetting.parse("none")) == "none"
+    assert show(QuotaSetting.parse("1.5")) == "1.5"
+    assert show(Path("baselines")) == "baselines"
+    assert show(parse_injection("slow:torch=6,copy:buffer=torch")) == "slow:torch=6,copy:buffer=torch"
+    assert show(by["candidate"].default) == "installed"
+    assert show(True) == "yes"
+    assert show(None) == "unset"
+    assert show((0, 1)) == "0,1"
+    assert show(options.parse_percent("5"), by["floor"]) == "5%"
+    assert show("postgresql://u:pw@h/db") == "postgresql://u:***@h/db"
+
+
+@pytest.mark.parametrize("prefix", ["perf-", ""])
+def test_help_prints_defaults_as_the_command_line_spells_them(prefix: str) -> None:
+    parser = argparse.ArgumentParser()
+    options.add_options(parser.add_argument, prefix=prefix)
+    text = parser.format_help()
+    assert not [r for r in REPRS if r in text], text
+    assert "Default: auto; env PERF_CPU_QUOTA" in " ".join(text.split())
+    assert ("ini perf_cpu_quota" in text) == bool(prefix)  # the CLI reads no ini file
+
+
+def test_parse_errors_name_the_values_the_help_names() -> None:
+    with pytest.raises(ConfigError, match=r"expected yes or no \(also true/false, on/off, 1/0\), got 'maybe'"):
+        options.resolve("strict", cli="maybe")
+    with pytest.raises(ConfigError, match=r"expected 'auto', 'none' or a number of cores > 0, got '-1'") as info:
+        options.resolve("cpu_quota", cli="-1")
+    assert "None" not in str(info.value)
+
+
+def test_perf_baseline_errors_name_its_own_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "--history-url", "mysql://perf:pw@db/perf"]) == 2
+    err = capsys.readouterr().err
+    assert "Invalid --history-url (PERF_HISTORY_URL) 'mysql://perf:***@db/perf'" in err
+    assert "--perf-" not in err
+    assert main(["migrate", "--history", "--history-url", "none"]) == 2
+    assert "--history-url is 'none'" in capsys.readouterr().err
+    assert main(["runs", "--history-url", "none", "--results-dir", str(tmp_path)]) == 2
+    assert "--perf-" not in capsys.readouterr().err

@@ -1,0 +1,93 @@
+"""A password in --perf-history-url is written nowhere: not in the results JSON, the history's command column, the
+machine lock, the run record, the summary, the report or any other file the session writes (checked while the
+run lives, for the lock and the record, and after it, for every file under its directories)."""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine_fixtures.redact import command_line
+from engine_fixtures.store.history import HistoryStore
+
+pytest_plugins = ("pytester",)
+
+PASSWORD = "Pw-9f3e%40x"  # URL-encoded as a URL needs it ("Pw-9f3e@x" to the server)
+SECRETS = (PASSWORD, "Pw-9f3e@x")
+UNREACHABLE = "postgresql://perf:{pw}@127.0.0.1:1/perf"  # port 1: refused at once, the history write fails
+
+TEST_FILE = """
+import json, os, shutil, stat
+from pathlib import Path
+import pytest
+from engine_fixtures.store.results import RunResult
+
+@pytest.mark.perf
+def test_demo(perf_record):
+    state, during = Path(os.environ["STATE"]), Path(os.environ["DURING"])
+    during.mkdir()
+    modes = {}
+    for f in [state / "lock", *(state / "runs").glob("*.json")]:
+        shutil.copy(f, during / f.name)
+        modes[f.name] = stat.S_IMODE(f.stat().st_mode)
+    (during / "modes.json").write_text(json.dumps(modes))
+    perf_record(RunResult("demo/arm=a/c=4", {"arm": "a", "c": "4"}, {"latency_p50_ms": (100.0, 101.0, 99.0, 100.5)}))
+"""
+
+
+def test_the_command_line_is_captured_with_every_secret_masked() -> None:
+    line = command_line(["pytest", "--perf-history-url", "postgresql://u:p@ss w@h/db", "-k", "x y",
+                         "--perf-history-url=postgresql://u@h/db?sslpassword=s3cret&sslmode=require"])
+    assert line == ("pytest --perf-history-url 'postgresql://u:***@h/db' -k 'x y' "
+                    "'--perf-history-url=postgresql://u@h/db?sslpassword=***&sslmode=require'")
+
+
+def run_with(p: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, url: str) -> tuple[pytest.RunResult, Path]:
+    """A session given ``url`` on its command line; every file under its directories checked; its results file."""
+    p.makepyfile(test_demo=TEST_FILE)
+    state, out, during = p.path / "state", p.path / "out", p.path / "during"
+    monkeypatch.setenv("STATE", str(state))
+    monkeypatch.setenv("DURING", str(during))
+    args = ["-p", "no:cacheprovider", "--perf-strict", "no", "--perf-state-dir", str(state), "--perf-results-dir",
+            str(out), "--perf-baseline-dir", str(p.path / "bl"), "--perf-history-url", url]
+    monkeypatch.setattr(sys, "argv", ["pytest", *args])  # as a user typed it: the session captures sys.argv
+    r = p.runpytest(*args)
+    r.assert_outcomes(skipped=1)
+    assert not any(x in r.stdout.str() + r.stderr.str() for x in SECRETS)
+    (results,) = out.glob("results-*.json")
+    assert ":***@" in json.loads(results.read_text())["command"]  # the URL is there, its password masked
+    modes = json.loads((during / "modes.json").read_text())  # the lock and the record while the run lived
+    assert modes.pop("lock") == 0o666  # every user's run writes its line into the shared lock
+    assert list(modes.values()) == [0o644]  # the run record: read by other users' sweeps, written by none
+    files = [f for f in p.path.rglob("*") if f.is_file()]  # results, state, the copies, pytest's temp dirs
+    assert {"lock", "summary.md", "report.html", results.name} <= {f.name for f in files}
+    leaking = [str(f) for f in files if any(x.encode() in f.read_bytes() for x in SECRETS)]
+    assert not leaking, leaking
+    for f in files:  # nothing the session wrote is writable by other users, but the shared lock
+        if (f.is_relative_to(out) or f.is_relative_to(state)) and f.name != "lock":
+            assert not stat.S_IMODE(f.stat().st_mode) & 0o022, f
+    return r, results
+
+
+def test_no_written_file_holds_the_password_when_the_history_is_down(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    r, _ = run_with(pytester, monkeypatch, UNREACHABLE.format(pw=PASSWORD))
+    assert "run history not written" in r.stdout.str()
+
+
+@pytest.mark.parametrize("history_url", ["postgresql"], indirect=True)
+def test_no_written_file_nor_the_history_holds_the_password(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, history_url: str) -> None:
+    # the throwaway server trusts its socket: the password is ignored and the history is written
+    url = history_url.replace("://postgres@", f"://postgres:{PASSWORD}@", 1)
+    assert PASSWORD in url, f"expected a URL with user postgres and no password, got {history_url}"
+    r, results = run_with(pytester, monkeypatch, url)
+    assert "run history: appended" in r.stdout.str()
+    with HistoryStore.open(url, pytester.path, create=False) as store:
+        (run,) = store.load([json.loads(results.read_text())["run_id"]])
+    assert not any(x in run.command for x in SECRETS)
+    assert "postgres:***@" in run.command
