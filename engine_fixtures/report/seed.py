@@ -54,17 +54,19 @@ def draw(fig: FigureResult) -> Figure:
         xs_all = sorted({lv.x for lv in fig.levels})
         ax.set_xticks(xs_all, [f"{x:g}" for x in xs_all])
     else:
+        seeded = [i for i, lv in enumerate(fig.levels) if lv.seed is not None]
         for i, lv in enumerate(fig.levels):
             ax.bar(i, lv.value, yerr=[[_half(lv, 0)], [_half(lv, 1)]], capsize=4, color=colours[lv.series], alpha=0.8)
             if lv.seed is not None:
                 ax.plot([i], [lv.seed], marker="s", mfc="none", mec="black", ms=9, ls="none",
-                        label="seed" if i == 0 else None)
+                        label="seed" if i == seeded[0] else None)
         one_x = len({lv.x for lv in fig.levels}) == 1
         ax.set_xticks(range(len(fig.levels)), [lv.series if one_x else f"{lv.series}\n{lv.x:g}" for lv in fig.levels],
                       fontsize=7)
     ax.set_xlabel(fig.x_label)
     ax.set_ylabel(f"{fig.metric} ({fig.unit})" if fig.unit else fig.metric)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # a figure the seed gave no number for has nothing to label
+        ax.legend(fontsize=7)
     verdict = overall(fig)
     ax.set_title(f"{fig.title}: {verdict}", fontsize=9, color=STATUS_COLOUR[verdict])
     lines = [f"{s.label}: {s.ratio:.3g}x" + (f" [{s.lo:.3g}, {s.hi:.3g}]" if math.isfinite(s.lo) else "")

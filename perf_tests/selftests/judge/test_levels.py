@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from PIL import Image
@@ -73,6 +74,11 @@ def test_a_figure_measured_from_live_arms_reads_as_rows_and_draws(tmp_path) -> N
         assert sheet.width == 2 * one.width
     empty = FigureResult("e", "e", "ipc_opens_per_image", "", "bars", "x", "", result.levels, ())
     assert overall(empty) == "measured"
+    unseeded = tuple(replace(lv, seed=None) for lv in result.levels)  # the IPC opens: the seed gave no number
+    # bars with no seed have nothing to label: no legend, and no warning (warnings are errors in this suite)
+    assert draw(replace(empty, levels=unseeded)).axes[0].get_legend() is None
+    late = (replace(result.levels[0], seed=None), *result.levels[1:])  # the first bar unseeded: the rest labelled
+    assert draw(replace(empty, levels=late)).axes[0].get_legend() is not None
     with pytest.raises(ConfigError, match="not declared"):
         SeedFigure("t", "t", "requests_per_s", (Point("cpu", 4, cpu, "c4"),),
                    (Shape("x", ("cpu", 16), ("cpu", 4), 1.5),))
