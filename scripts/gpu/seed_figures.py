@@ -1,0 +1,71 @@
+"""Draw the seed's figures again from results JSONs: one sheet of every figure whose groups the runs measured.
+
+    python scripts/gpu/seed_figures.py OUT_DIR RESULTS.json [RESULTS.json ...]
+
+A runner whose per-call time limit splits the matrix into parts (``K=...`` in ``gpu_tier.sh``) gets each part's
+figures in that part's report; this puts them on one sheet (``OUT_DIR/seed-figures.png``, one PNG per figure
+beside it) and prints each figure's rows. The levels are recomputed from the windows the results keep (each
+window's block, ``window_block``), with the same ``measure_figure`` the session used; a group measured in two of the
+given runs is refused (say which run to take). Nothing is measured here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from engine_fixtures.judge.levels import figure_rows
+from engine_fixtures.report.seed import overall, write_pngs
+from engine_fixtures.scenarios.figures import measure_figure
+from perf_tests.sglang.gpu_tier.seed_matrix import FIGURES
+
+Windows = list[tuple[int, dict[str, float]]]
+
+
+def windows_by_arm(paths: list[Path]) -> dict[tuple[str, str], Windows]:
+    out: dict[tuple[str, str], Windows] = {}
+    source: dict[str, Path] = {}
+    for path in paths:
+        for r in json.loads(path.read_text())["results"]:
+            meta = r["metadata"]
+            group, arm = meta.get("live_group"), meta.get("live_arm")
+            if group is None:
+                continue
+            if source.setdefault(group, path) != path:
+                raise SystemExit(f"live group {group} was measured in {source[group]} and {path}: give one of them")
+            blocks = meta["window_block"]
+            rows: dict[int, dict[str, float]] = defaultdict(dict)
+            for name, values in r["samples"].items():
+                for i, v in enumerate(values):
+                    rows[i][name] = v
+            out[(group, arm)] = [(blocks[i], rows[i]) for i in range(len(blocks))]
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print(__doc__)
+        return 2
+    out_dir, paths = Path(argv[0]), [Path(p) for p in argv[1:]]
+    windows = windows_by_arm(paths)
+    results = []
+    for fig in FIGURES:
+        missing = [g.id for g in fig.groups() if not any(k[0] == g.id for k in windows)]
+        if missing:
+            print(f"{fig.id}: not drawn, group(s) {', '.join(missing)} not in these runs")
+            continue
+        result = measure_figure(fig, lambda g, arm: windows[(g.id, arm)])
+        results.append(result)
+        print(f"{fig.id}: {overall(result)}")
+        for row in figure_rows(result):
+            print(f"  {row.message}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for p in write_pngs(results, out_dir):
+        print(f"wrote {p}")
+    return 0 if results else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
