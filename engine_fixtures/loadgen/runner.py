@@ -101,7 +101,7 @@ def run_load(
             proc.stdin.write(pickle.dumps((endpoint, spec, chosen, progress)))
             proc.stdin.close()
             with ProgressDisplay(counter, spec.total_requests, f"load {spec.describe()}", enabled=progress):
-                kind, payload = _read_result(proc.stdout.fileno(), counter, time.monotonic() + deadline)
+                kind, payload = FrameReader(proc.stdout.fileno()).read(counter, time.monotonic() + deadline)
             if kind is None:
                 raise MeasurementError(
                     f"load run against {endpoint} did not finish within {deadline:.0f} s ({counter.value}/"
@@ -156,7 +156,3 @@ class FrameReader:
                 return b"", b""
             buf += chunk
 
-
-def _read_result(fd: int, counter: Any, deadline_at: float) -> tuple[bytes | None, bytes]:
-    """The one result of a one-shot child (``run_load``)."""
-    return FrameReader(fd).read(counter, deadline_at)

@@ -11,36 +11,33 @@ given runs is refused (say which run to take). Nothing is measured here.
 
 from __future__ import annotations
 
-import json
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 from engine_fixtures.judge.levels import figure_rows
 from engine_fixtures.report.seed import overall, write_pngs
 from engine_fixtures.scenarios.figures import measure_figure
+from engine_fixtures.scenarios.live_runs import BLOCK_KEY
+from engine_fixtures.store.results import ResultsFile
 from perf_tests.sglang.gpu_tier.seed_matrix import FIGURES
 
 Windows = list[tuple[int, dict[str, float]]]
 
 
 def windows_by_arm(paths: list[Path]) -> dict[tuple[str, str], Windows]:
+    """Each live arm's windows as the session held them, ``(block, {metric: value})``, from its stored result."""
     out: dict[tuple[str, str], Windows] = {}
     source: dict[str, Path] = {}
     for path in paths:
-        for r in json.loads(path.read_text())["results"]:
-            meta = r["metadata"]
-            group, arm = meta.get("live_group"), meta.get("live_arm")
+        for r in ResultsFile.load(path).results:
+            group, arm = r.metadata.get("live_group"), r.metadata.get("live_arm")
             if group is None:
                 continue
             if source.setdefault(group, path) != path:
                 raise SystemExit(f"live group {group} was measured in {source[group]} and {path}: give one of them")
-            blocks = meta["window_block"]
-            rows: dict[int, dict[str, float]] = defaultdict(dict)
-            for name, values in r["samples"].items():
-                for i, v in enumerate(values):
-                    rows[i][name] = v
-            out[(group, arm)] = [(blocks[i], rows[i]) for i in range(len(blocks))]
+            blocks = list(r.metadata[BLOCK_KEY])
+            out[(group, arm)] = [(b, {name: values[i] for name, values in r.samples.items() if i < len(values)})
+                                 for i, b in enumerate(blocks)]
     return out
 
 
