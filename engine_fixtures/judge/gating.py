@@ -1,7 +1,8 @@
 """Which judged metrics gate a scenario, and which are its diagnostics (issue 19, item 7).
 
 A scenario gates on few metrics, so that a whole clean run stays green 19 times in 20 (``decide.gate_alpha``
-splits ``FAMILY_ALPHA`` over them): the registry's ``gates`` metrics (req/s, TTFT p50, TPOT p50, the mechanism
+splits ``FAMILY_ALPHA`` over them): the registry's ``gates`` metrics (req/s, TTFT p50, TPOT as the geometric mean of
+per-request TPOT (``tpot_gmean_ms``), the mechanism
 counters; on the CPU tier the copy path's rates and latency), plus ``cpu_s_per_request.<role>`` of the roles
 the arm changes. Every other judged metric is still judged, as a report-only diagnostic row.
 

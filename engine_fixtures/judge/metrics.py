@@ -13,7 +13,8 @@ Contract:
 - ``judged=False`` marks a diagnostic: shown next to its baseline, never a verdict (throttled periods,
   achieved concurrency, raw cores). ``condition`` names when a judged metric applies (``gpu_bound``: GPU
   utilisation is judged only on arms whose baseline shows the GPU as the bottleneck).
-- ``gates``: whether a judged metric gates a scenario (``judge.gating``: req/s, TTFT p50, TPOT p50, the CPU
+- ``gates``: whether a judged metric gates a scenario (``judge.gating``: req/s, TTFT p50, TPOT (the geometric mean
+  of per-request TPOT; its p50 is judged as a diagnostic), the CPU
   seconds per request of the role the arm changes, the mechanism counters, and on the CPU tier the copy path's
   rates); the others are judged only as the scenario's diagnostics (report-only rows), so a clean run is not
   failed by ~85 correlated cells each at its own alpha (output tok/s repeats req/s; the p99s are too noisy).
@@ -21,7 +22,7 @@ Contract:
   role reads as an improvement and its neighbour as a regression. The CPU cost of a role is judged by
   ``cpu_s_per_request.<role>``, which does not depend on what the other roles got.
 - GPU utilisation: no committed pool reaches the 60 % mean that makes an arm GPU-bound, so on those arms it is a
-  diagnostic. The GPU side is judged instead by TPOT p50 (decode time per token, where a slower GPU path shows)
+  diagnostic. The GPU side is judged instead by TPOT (decode time per token, where a slower GPU path shows)
   and req/s; a run that lost NVML while its pool has ``gpu_util_mean`` says so in its row (or fails on a
   GPU-bound arm).
 - ``ab_detect``: the change the paired A/B promises to catch (10 % for throughput, TTFT and TPOT; the other
@@ -134,7 +135,12 @@ _ALL: tuple[Metric, ...] = (
     _m("ttft_p50_ms", "ms", "lower", LOG, 0.03, "median time to first token", ab=0.10, most=0.50),
     _m("ttft_p99_ms", "ms", "lower", LOG, 0.10, "99th percentile time to first token", gates=False,
        ab=0.20, most=1.00),
-    _m("tpot_p50_ms", "ms", "lower", LOG, 0.03, "median time per output token after the first", ab=0.10, most=0.50),
+    # TPOT: gated on the geometric mean of per-request TPOT, the window statistic with the smallest per-block spread
+    # (docs/results/estimators-2026-12-03); its median is the figure users read, judged and shown, never gating.
+    _m("tpot_gmean_ms", "ms", "lower", LOG, 0.03, "geometric mean of per-request time per output token after the "
+       "first, over the requests that finished in the window (what TPOT gates on)", ab=0.10, most=0.50),
+    _m("tpot_p50_ms", "ms", "lower", LOG, 0.03, "median time per output token after the first (shown; TPOT gates on "
+       "tpot_gmean_ms, 3-5x quieter per block)", gates=False, ab=0.10, most=0.50),
     _m("itl_p50_ms", "ms", "lower", LOG, 0.03, "median inter-token latency", gates=False, ab=0.10, most=0.50),
     _m("e2e_p50_ms", "ms", "lower", LOG, 0.03, "median end-to-end request latency", gates=False, ab=0.10, most=0.50),
     # Mechanism metrics of the transport arms.
@@ -154,6 +160,7 @@ _ALL: tuple[Metric, ...] = (
     _diag("throttled_ratio", "ratio", "nr_throttled / nr_periods over the window"),
     _diag("scheduling_delay_p99_ms", "ms", "p99 delay from a request's due time to its send"),
     _diag("achieved_concurrency", "req", "mean in-flight requests actually achieved"),
+    _diag("requests_completed", "req", "requests that finished in the window: what its latency statistics rest on"),
     _diag("requests_per_s_counted", "req/s", "completed requests in the window over its length (whole lockstep "
           "bursts: quantized)"),
     _diag("client_loop_lag_p99_ms", "ms", "p99 lateness of the load client's event-loop probe over its segment"),

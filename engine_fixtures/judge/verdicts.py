@@ -46,7 +46,7 @@ __all__ = ["GPU_BOUND_UTIL", "STATUSES", "VERDICTS", "Kind", "PooledRuns", "Stat
 SHARE_PREFIX = "cpu_share_of_quota."
 ZERO_SUM = ("under a binding quota the roles' shares are zero-sum: a starved role reads as an improvement and its "
             "neighbour as a regression, so a share never gates; the role's cost is judged by cpu_s_per_request")
-GPU_SIDE = ("the GPU side is judged by TPOT p50 and req/s here; gpu_util_mean gates only an arm whose pool "
+GPU_SIDE = ("the GPU side is judged by TPOT and req/s here; gpu_util_mean gates only an arm whose pool "
             f"shows the GPU busy >= {GPU_BOUND_UTIL:.0f}% of the time")
 
 

@@ -13,13 +13,20 @@ from engine_fixtures.loadgen.records import RequestRecord
 
 @dataclass(frozen=True)
 class Percentiles:
-    """p50/p90/p99 (linear interpolation, numpy's default) and mean, in milliseconds."""
+    """p50/p90/p99 (linear interpolation, numpy's default), mean and geometric mean, in milliseconds.
+
+    ``gmean`` is ``exp(mean(log(v)))`` over the values, nan when any value is not positive (a log has no such
+    value). It is the per-window estimator the judge gates TPOT on: TPOT comes in two modes per lockstep wave (4.2-4.4
+    or 5.8-6.2 ms at C=16 on the H200), so the median of a 3 s window jumps between them with the share of slow waves,
+    while the geometric mean moves with it smoothly: recomputed on the committed 2026-12-02 H200 windows it cut the
+    per-block sd of every contrast's TPOT 3-5x (14.5 -> 3.0 %, 12.9 -> 3.6 %; docs/results/estimators-2026-12-03)."""
 
     p50: float
     p90: float
     p99: float
     mean: float
     count: int
+    gmean: float = float("nan")
 
     @classmethod
     def of_seconds(cls, values: Iterable[float], what: str) -> Percentiles:
@@ -28,7 +35,8 @@ class Percentiles:
         if arr.size == 0:
             raise MeasurementError(f"no {what} values to summarise: no completed request produced one")
         p50, p90, p99 = np.percentile(arr, [50, 90, 99])
-        return cls(float(p50), float(p90), float(p99), float(arr.mean()), int(arr.size))
+        gmean = float(np.exp(np.log(arr).mean())) if (arr > 0).all() else float("nan")
+        return cls(float(p50), float(p90), float(p99), float(arr.mean()), int(arr.size), gmean)
 
 
 def time_weighted_in_flight(records: Sequence[RequestRecord], start: float, end: float) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from engine_fixtures.errors import MeasurementError
@@ -63,6 +64,8 @@ class LoadReport:
         }
         if self.tpot is not None:
             out["tpot_p50_ms"] = self.tpot.p50
+            if math.isfinite(self.tpot.gmean):
+                out["tpot_gmean_ms"] = self.tpot.gmean
         if self.itl is not None:
             out["itl_p50_ms"] = self.itl.p50
         return out

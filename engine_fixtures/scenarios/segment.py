@@ -9,7 +9,9 @@ Values per window (``window_values``):
   window; ``loadgen.stream.progress_rate`` says why: completions come in lockstep bursts, so a count per window is
   quantized); ``requests_per_s_counted`` (completions in the window over its length) as a diagnostic;
   ``output_tokens_per_s`` (tokens by their own timestamps inside the window, ``loadgen.stream.tokens_in``);
-- ``ttft_p50_ms``, ``ttft_p99_ms``, ``tpot_p50_ms`` of the requests that finished in the window;
+- ``ttft_p50_ms``, ``ttft_p99_ms``, ``tpot_p50_ms`` and ``tpot_gmean_ms`` (the geometric mean of per-request TPOT,
+  what the judge gates TPOT on: ``loadgen.latency.Percentiles``) of the requests that finished in the window, and
+  their count ``requests_completed`` (a row resting on few requests says so);
 - ``cpu_s_per_request.<role>`` (the role's CPU seconds in the window over the requests' progress in it, the
   continuous count above), ``cpu_share_of_quota.<role>`` under a quota, ``cpu_cores.<role>`` as a diagnostic;
 - ``gpu_util_mean``; ``running_requests_max`` and ``running_requests_mean``;
@@ -29,6 +31,7 @@ then a ``MeasurementError``. An engine that dies under the load is ``ProcessCras
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +41,7 @@ import numpy as np
 from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.engine.proof import ArmProof
 from engine_fixtures.errors import MeasurementError, ProcessCrashed
+from engine_fixtures.loadgen.latency import Percentiles, tpot_values
 from engine_fixtures.loadgen.records import RequestRecord
 from engine_fixtures.loadgen.stream import LoadStream, Segment
 from engine_fixtures.loadgen.workload import WorkloadSpec
@@ -141,14 +145,16 @@ def window_values(seg: Segment, samplers: SamplerSet, t0: float, t1: float,
         raise MeasurementError(f"zero completed requests in the window [{t0 - seg.start:.2f}, {t1 - seg.start:.2f}] "
                                f"s of a segment against {seg.url}: the engine served nothing (stalled?); see its log")
     rate = seg.progress_rate(t0, t1)  # > 0: a request that finished in the window spent some of its life in it
-    ttft = np.asarray([r.ttft_s for r in done]) * 1000
-    tpot = [t for r in done if (t := r.tpot_s) is not None]
-    values = {"requests_per_s": rate, "requests_per_s_counted": len(done) / span,
+    ttft = Percentiles.of_seconds((r.ttft_s for r in done), "TTFT")
+    tpot = tpot_values(done)
+    values = {"requests_per_s": rate, "requests_per_s_counted": len(done) / span, "requests_completed": len(done),
               "output_tokens_per_s": seg.output_tokens_in(t0, t1) / span,
-              "ttft_p50_ms": float(np.percentile(ttft, 50)), "ttft_p99_ms": float(np.percentile(ttft, 99)),
-              "achieved_concurrency": seg.in_flight_mean(t0, t1)}
+              "ttft_p50_ms": ttft.p50, "ttft_p99_ms": ttft.p99, "achieved_concurrency": seg.in_flight_mean(t0, t1)}
     if tpot:
-        values["tpot_p50_ms"] = float(np.percentile(tpot, 50)) * 1000
+        per_request = Percentiles.of_seconds(tpot, "TPOT")
+        values["tpot_p50_ms"] = per_request.p50
+        if math.isfinite(per_request.gmean):
+            values["tpot_gmean_ms"] = per_request.gmean
     if seg.loop_lag_s:
         values["client_loop_lag_p99_ms"] = float(np.percentile(seg.loop_lag_s, 99)) * 1000
     cut: dict[str, float] = {}
