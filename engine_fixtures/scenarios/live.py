@@ -16,7 +16,7 @@ runner's verdict rests on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from engine_fixtures.engine.spec import EngineSpec
@@ -28,7 +28,12 @@ from engine_fixtures.transport.live import LiveArm
 
 INHERIT = "group"  # an arm's quota: the group's engine quota
 ROLE_FAMILY = "cpu_s_per_request.<role>"
-FAMILIES: tuple[str, ...] = ("requests_per_s", "ttft_p50_ms", "tpot_p50_ms", ROLE_FAMILY, "gpu_util_mean")
+# The families a contrast gates on, each by its window statistic with the smallest per-block spread (TPOT: the
+# geometric mean of per-request TPOT; TTFT: the median, which stayed the quietest once the warm-up ends with its
+# in-flight wave; docs/results/estimators-2026-12-03), and the figures users read, shown beside them, never gating.
+FAMILIES: tuple[str, ...] = ("requests_per_s", "ttft_p50_ms", "tpot_gmean_ms", ROLE_FAMILY, "gpu_util_mean")
+REPORTED: tuple[str, ...] = ("tpot_p50_ms",)
+QUOTA_THREADS = "quota"  # Arm.threads: the arm's CPU quota in whole cores (at least 1), resolved when it is applied
 # The roles whose CPU an axis changes (SGLang's processes by title): the copy and its threads run in the
 # tokenizer manager (the HTTP server process), the IPC cache opens handles in the scheduler.
 PATCH_ROLES: Mapping[str, str] = {"slow-scheduler": "scheduler", "slow-tokenizer": "http_server"}
@@ -39,7 +44,7 @@ class Arm:
     name: str
     copy: str = "stock"
     ipc_cache: str = "stock"
-    threads: int | None = None
+    threads: int | str | None = None  # None: as launched; QUOTA_THREADS: the arm's quota in whole cores
     patches: tuple[tuple[str, float], ...] = ()
     quota: str | float | None = INHERIT
     # The load, switched live like the rest (the client's, never the engine's): None is the group engine's own.
@@ -61,13 +66,31 @@ class Arm:
         if self.image_content is not None and self.image_content not in IMAGE_CONTENTS:
             raise ConfigError(f"arm {self.name}: image_content={self.image_content!r}, one of "
                               f"{', '.join(IMAGE_CONTENTS)}")
+        if isinstance(self.threads, str) and self.threads != QUOTA_THREADS:
+            raise ConfigError(f"arm {self.name}: threads={self.threads!r}: an int >= 1, None (as launched) or "
+                              f"{QUOTA_THREADS!r} (the arm's CPU quota in whole cores)")
         try:
-            self.live()
+            LiveArm(self.copy, self.ipc_cache, None if self.threads == QUOTA_THREADS else self.threads,  # type: ignore[arg-type]
+                    self.patches)
         except ValueError as exc:
             raise ConfigError(f"arm {self.name}: {exc}") from None
 
     def live(self) -> LiveArm:
-        return LiveArm(self.copy, self.ipc_cache, self.threads, self.patches)
+        if self.threads == QUOTA_THREADS:
+            raise ConfigError(f"arm {self.name}: threads={QUOTA_THREADS!r} is resolved against the applied quota "
+                              "first (Arm.resolved)")
+        return LiveArm(self.copy, self.ipc_cache, self.threads, self.patches)  # type: ignore[arg-type]
+
+    def resolved(self, cores: float | None) -> Arm:
+        """This arm with ``threads=QUOTA_THREADS`` made concrete for its applied quota of ``cores``: the cap that
+        stops the idle intra-op threads from spinning the quota away is the quota's whole cores (the seed's
+        ``OMP_NUM_THREADS=8`` was below its host's quota; on the H200's 4-core quota 8 threads still spin)."""
+        if self.threads != QUOTA_THREADS:
+            return self
+        if cores is None:
+            raise ConfigError(f"arm {self.name}: threads={QUOTA_THREADS!r} needs a CPU quota, and this arm runs "
+                              "without one (--perf-cpu-quota none?); give it a number of threads instead")
+        return replace(self, threads=max(1, int(cores)))
 
     def scenario(self, engine: EngineScenario) -> EngineScenario:
         """The group engine's scenario with this arm's load (what its windows are measured and keyed under)."""
@@ -91,9 +114,9 @@ class Contrast:
     reference: str
     candidate: str
     bound: float = 1.0
-    metrics: tuple[str, ...] = FAMILIES
-    why: str = ""
-    report: tuple[str, ...] = ()  # measured and shown with their interval, never gating (say why in ``why``)
+    metrics: tuple[str, ...] = (*FAMILIES, *REPORTED)
+    why: str = ""  # what the contrast guards and why its bound is right (shown with its verdicts)
+    report: tuple[str, ...] = REPORTED  # measured and shown with their interval, never gating (say why in ``why``)
 
     @property
     def id(self) -> str:
@@ -132,9 +155,22 @@ class LiveGroup:
                 raise ConfigError(f"live group {self.id}: arm {a.name} switches the IPC cache, but the engine's "
                                   f"transport is {self.engine.transport}; put it in a group with transport='cuda_ipc'")
 
-    def order(self, names: list[str], block: int) -> list[str]:
-        """The arms of ``names`` served in ``block`` (a measured row only in its first ``blocks``)."""
-        return [n for n in names if (b := self.arm(n).blocks) is None or block < b]
+    def order(self, names: list[str], block: int, open_cells: Sequence[str] | None = None) -> list[str]:
+        """The arms of ``names`` served in ``block``: a measured row only in its first ``blocks``; an arm of contrasts
+        only while one of them is open (``open_cells``, as ``live_runs.open_cells`` names them at the last look; None
+        before the first look), so an arm whose known regression is already flagged, or whose contrasts are decided,
+        stops costing blocks. An arm in no contrast (a pool-only arm) is served in every block."""
+        open_labels = None if open_cells is None else {cell.rpartition(": ")[0] for cell in open_cells}
+        needed = None if open_labels is None else {
+            n for c in self.contrasts if c.label in open_labels for n in (c.reference, c.candidate)}
+        contrasted = {n for c in self.contrasts for n in (c.reference, c.candidate)}
+        return [n for n in names if ((b := self.arm(n).blocks) is None or block < b)
+                and (needed is None or n not in contrasted or n in needed)]
+
+    def resolved(self, cores_of: Callable[[Arm], float | None]) -> LiveGroup:
+        """The group with every arm's ``threads=QUOTA_THREADS`` made concrete (``Arm.resolved``) for the quota
+        ``cores_of(arm)`` it is served under."""
+        return replace(self, arms=tuple(a.resolved(cores_of(a)) for a in self.arms))
 
     @property
     def row_blocks(self) -> int | None:

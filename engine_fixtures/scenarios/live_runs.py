@@ -6,7 +6,9 @@ consecutive windows of one arm served by one visit (``judge.blocks.visits``).
 ``visit(arm, n)`` switches the engine to ``arm`` (the quota, then the plugin's live arm, proved by every engine
 process), runs one load segment of its warmup and ``n`` windows, checks that the segment's proof counters say the arm
 really served it, and returns the windows' values. Blocks are added, ``budget.step`` at a time, while
-``undecided(windows, alpha)`` names an open contrast cell, up to ``budget.maximum`` blocks.
+``undecided(windows, alpha)`` names an open contrast cell, up to ``budget.maximum`` blocks; after a look, an arm that
+no open contrast needs is no longer served (``LiveGroup.order``): once regression 1 is flagged, SGLang's own copy stops
+costing blocks.
 
 ``arm_windows`` are ``(block, values)`` per arm, in the order measured; ``contrast_verdicts`` judges one contrast
 from them (per-block effects, ``judge.paired.judge_contrast``).
@@ -54,16 +56,21 @@ def measure_live(group: LiveGroup, budget: Budget, visit: Visit,
     windows: dict[str, list[Window]] = {a.name: [] for a in group.arms}
     seen: dict[str, list[tuple[int, int]]] = {a.name: [] for a in group.arms}
     done = [0, 0]  # blocks, visits
+    looked: list[Sequence[str]] = []  # the open cells at each look: an arm none of them needs is not served
 
     def measure(n: int) -> None:
-        for arm, blocks in plan(lambda b: group.order(order, b), done[0], n):
+        for arm, blocks in plan(lambda b: group.order(order, b, looked[-1] if looked else None), done[0], n):
             values = visit(group.arm(arm), len(blocks))
             windows[arm].extend(zip(blocks, values, strict=True))
             seen[arm].extend((done[1], i) for i in range(len(blocks)))
             done[1] += 1
         done[0] += n
 
-    progress = measure_until_decided(budget, measure, lambda a: undecided(windows, a))
+    def look(alpha: float) -> Sequence[str]:
+        looked.append(list(undecided(windows, alpha)))
+        return looked[-1]
+
+    progress = measure_until_decided(budget, measure, look)
     return LiveRun(tuple(order), {k: tuple(v) for k, v in windows.items()}, {k: tuple(v) for k, v in seen.items()},
                    progress, budget.alpha_per_look(), budget.maximum)
 

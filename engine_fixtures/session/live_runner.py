@@ -145,6 +145,7 @@ class LiveGroupRunner(GpuRunner):
         for w in dict.fromkeys([workload, *loads.values()]):
             self.load.stream.prepare(w)  # the client encodes the images while the engine starts
         launch = self._launch(group)
+        group = group.resolved(lambda a: self.settings.cpu_quota.applied(a.cores(launch.cpu_quota)))  # thread caps
         engine = self._engine(launch, timeline)
         if group.engine.lint:
             check_caps(engine.config, group.peak_concurrency)
@@ -191,7 +192,7 @@ class LiveGroupRunner(GpuRunner):
     def _launch(self, group: LiveGroup) -> EngineSpec:
         """The group's one launch; the named patches its arms switch are installed at 0 ms (the plugin can only change
         the milliseconds of a patch the engine was started with)."""
-        names = sorted({n for a in group.arms for n, _ in a.live().patches})
+        names = sorted({n for a in group.arms for n, _ in a.patches})
         build = with_patch(self.settings.candidate, dict.fromkeys(names, 0.0)) if names else self.settings.candidate
         spec = group.engine.spec(self.model, self.settings.gpus, build, cpus=self.load.split.engine)
         return apply_quota_setting(spec, self.settings.cpu_quota, self.settings.sources["cpu_quota"])

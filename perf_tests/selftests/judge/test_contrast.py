@@ -109,11 +109,38 @@ def test_contrast_verdicts_judge_each_measured_family() -> None:
     windows = {}
     for arm, rate in (("buffer", 20.0), ("stock", 12.0), ("slow", 12.0)):
         windows[arm] = tuple((b, {"requests_per_s": rate * float(np.exp(rng.normal(0, 0.01))),
+                                  "tpot_gmean_ms": 4.3 * float(np.exp(rng.normal(0, 0.01))),
                                   "tpot_p50_ms": 4.3 * float(np.exp(rng.normal(0, 0.01)))})
                              for b in range(6) for _ in range(2))
     rows = contrast_verdicts(g, g.contrasts[0], windows, budget=15, alpha=0.01)
-    assert {r.metric for r in rows} == {"requests_per_s", "tpot_p50_ms"}  # GPU and CPU were not measured here
-    assert {r.metric: r.status for r in rows} == {"requests_per_s": "regression", "tpot_p50_ms": "pass"}
+    # GPU and CPU were not measured here; TPOT gates on its geometric mean, its p50 is shown beside it
+    assert {r.metric: r.status for r in rows} == {"requests_per_s": "regression", "tpot_gmean_ms": "pass",
+                                                  "tpot_p50_ms": "report-only"}
+
+
+def test_an_arm_stops_being_served_once_no_open_contrast_needs_it() -> None:
+    engine = EngineScenario("g", transport="cpu", concurrency=16)
+    group = LiveGroup("g", engine, arms=(Arm("a"), Arm("b", copy="buffer"), Arm("c", copy="torch"), Arm("pool")),
+                      contrasts=(Contrast("b >= a", "a", "b"), Contrast("b >= c", "c", "b")))
+    names = ["a", "b", "c", "pool"]
+    assert group.order(names, 3) == names  # before the first look every arm is served
+    # "b >= a" flagged (decided): a is needed by no open contrast; b still is; the pool-only arm always is
+    assert group.order(names, 3, ["b >= c: requests_per_s"]) == ["b", "c", "pool"]
+    assert group.order(names, 3, []) == ["pool"]
+
+
+def test_a_thread_cap_at_the_quota_is_the_quotas_whole_cores() -> None:
+    arm = Arm("capped", threads="quota")
+    assert arm.resolved(4.0).threads == 4
+    assert arm.resolved(0.5).threads == 1
+    assert arm.resolved(2.5).live().threads == 2
+    assert Arm("eight", threads=8).resolved(4.0).threads == 8  # a number stays what it says
+    with pytest.raises(ConfigError, match="needs a CPU quota"):
+        arm.resolved(None)
+    with pytest.raises(ConfigError, match="resolved against the applied quota"):
+        arm.live()
+    with pytest.raises(ConfigError, match="threads='all'"):
+        Arm("bad", threads="all")
 
 
 def test_measured_rows_serve_their_first_blocks_and_switch_the_load_live() -> None:
