@@ -21,8 +21,10 @@ MARKERS: dict[str, str] = {
     "when the installed release moved them (a layout this suite does not know), so nothing is measured in the "
     "wrong place; --perf-require-sglang VERSION makes the skip an error too.",
     "soak": "the harness under faults for many cycles (the full soak; always also marked slow).",
-    "smoke": "the GPU tier's per-pull-request subset: regressions 1 and 2 on small live groups of their own (about 6 "
-    "minutes on a fresh runner); the nightly seed matrix deselects it (-m 'not smoke').",
+    "smoke": "the GPU tier's per-pull-request subset: regressions 1 and 2 on small live groups of their own; the "
+    "nightly seed matrix deselects it (-m 'not smoke').",
+    "weekly": "the GPU tier's weekly step: the seed's figures as measured rows and the transport group "
+    "(tox -e perf-gpu-weekly); the nightly deselects it (-m 'not weekly').",
 }
 
 # A test with one of these measures: it never runs under xdist, and its run takes the machine lock first.
@@ -39,6 +41,7 @@ MARKER_KWARGS: dict[str, frozenset[str]] = {
     "sglang": frozenset(),
     "soak": frozenset(),
     "smoke": frozenset(),
+    "weekly": frozenset(),
 }
 
 

@@ -6,9 +6,11 @@
 #   bash scripts/gpu/gpu_tier.sh STEP [STEP ...]
 #
 # Steps:
-#   matrix     the nightly seed matrix, as `tox -e perf-gpu` runs it: every contrast of the two live engines (one
-#              per transport), the seed's figures as measured rows, the transport group, PP (skipped below its
-#              GPU count); strict; prints the verdict table; results and report.html in $WORK/matrix-<n>/results
+#   matrix     the nightly, as `tox -e perf-gpu` runs it: every contrast of the two live engines (one per transport),
+#              the counters, each contrast arm against this host's pool, PP (skipped below its GPU count); strict;
+#              prints the verdict table; results and report.html in $WORK/matrix-<n>/results
+#   weekly     the weekly step, as `tox -e perf-gpu-weekly` runs it (`-m weekly`): the seed's figures as measured
+#              rows (two groups of rows on the two launches) and the transport group
 #   smoke      the per-pull-request subset (`-m smoke`): regressions 1 and 2 on two small live groups
 #   pool       one independent run of the smoke subset that adds its arms to this host's pools
 #              (--perf-update-baselines, given here and nowhere else): run it K >= 3 times, minutes apart, then
@@ -92,7 +94,8 @@ PY
 }
 for step in "$@"; do
   case "$step" in
-    matrix) run matrix 300 "$TIER" -m "(gpu_tier or gpu) and not smoke" ${MATRIX_ARGS:-} ;;
+    matrix) run matrix 300 "$TIER" -m "(gpu_tier or gpu) and not smoke and not weekly" ${MATRIX_ARGS:-} ;;
+    weekly) run weekly 300 "$TIER" -m weekly ${MATRIX_ARGS:-} ;;
     smoke) run smoke 300 "$TIER" -m smoke ${SMOKE_ARGS:-} ;;
     pool) run pool 300 "$TIER" -m smoke --perf-update-baselines ${SMOKE_ARGS:-} ;;
     null) run null 240 "$TIER/test_groups.py" -k build_ab --perf-reference installed ${AB_ARGS:-} ;;
@@ -106,7 +109,7 @@ for step in "$@"; do
       python3 -m engine_fixtures.scenarios.rate_study "$(ls "$(last matrix)"/results/results-*.json | tail -1)" \
         > "$WORK/logs/cv.md" 2>&1
       log "cv rc=$?"; cat "$WORK/logs/cv.md" ;;
-    *) log "unknown step $step (steps: matrix smoke pool null patch transport cv)"; exit 2 ;;
+    *) log "unknown step $step (steps: matrix weekly smoke pool null patch transport cv)"; exit 2 ;;
   esac
 done
 exit "$STATUS"
