@@ -21,6 +21,8 @@ from engine_fixtures.judge.rows import Verdict
 
 CONFIDENCE = 0.95
 SIDES = (">=", "<=")
+FEW_REQUESTS = 10.0  # completed requests per window below which a row says its statistic rests on few requests
+COUNT = "requests_completed"  # the per-window count of completed requests (scenarios.segment)
 Window = tuple[int, dict[str, float]]  # (block index, the window's values)
 
 
@@ -36,6 +38,7 @@ class Level:
     blocks: int
     seed: float | None
     engines: int
+    requests: float | None = None  # completed requests per window behind the level (None: not counted)
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -90,12 +93,19 @@ def block_means(windows: Sequence[Window], name: str) -> list[float]:
     return [float(np.mean(v)) for _, v in sorted(by.items())]
 
 
-def level(series: str, x: float, means: Sequence[float], what: str, seed: float | None = None) -> Level:
+def requests_per_window(windows: Sequence[Window]) -> float | None:
+    """The mean count of completed requests per window (``COUNT``), None where the windows do not count them."""
+    counts = [w[COUNT] for _, w in windows if COUNT in w]
+    return float(np.mean(counts)) if counts else None
+
+
+def level(series: str, x: float, means: Sequence[float], what: str, seed: float | None = None,
+          requests: float | None = None) -> Level:
     if not means:
         raise MeasurementError(f"{what}: no measured window; a figure point with no data is an error")
     n = len(means)
     se = float(np.std(means, ddof=1) / math.sqrt(n)) if n > 1 else math.nan
-    return Level(series, x, float(np.mean(means)), se, n - 1.0, n, seed, 1)
+    return Level(series, x, float(np.mean(means)), se, n - 1.0, n, seed, 1, requests)
 
 
 def gap(a: Level, b: Level) -> Level:
@@ -132,6 +142,9 @@ def figure_rows(fig: FigureResult) -> list[Verdict]:
         ci = f" (95% CI {lo:.4g} to {hi:.4g})" if math.isfinite(lo) else " (no interval)"
         seed = "" if lv.seed is None else f"; seed {lv.seed:.4g} ({lv.value / lv.seed - 1:+.0%})" if lv.seed else ""
         apart = "; two engines, so their instance offset is not inside the interval" if lv.engines > 1 else ""
+        if lv.requests is not None and lv.requests < FEW_REQUESTS:
+            apart += (f"; rests on {lv.requests:.1f} completed requests per window, too few for a steady "
+                      "percentile: lengthen the window (--perf-window-s)")
         out.append(Verdict(fig.metric, "report-only", "level", lv.seed, lv.value,
                            None if not lv.seed else lv.value / lv.seed - 1, None, None, lv.blocks,
                            f"{lv.series} at {fig.x_label} {lv.x:g}: {lv.value:.4g} {fig.unit}{ci} over {lv.blocks} "

@@ -20,7 +20,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from engine_fixtures.errors import ConfigError
-from engine_fixtures.judge.levels import SIDES, FigureResult, Window, block_means, gap, level, ratio_row
+from engine_fixtures.judge.levels import (
+    SIDES,
+    FigureResult,
+    Window,
+    block_means,
+    gap,
+    level,
+    ratio_row,
+    requests_per_window,
+)
 from engine_fixtures.judge.metrics import is_known, metric
 from engine_fixtures.scenarios.live import LiveGroup
 
@@ -97,10 +106,13 @@ def measure_figure(figure: SeedFigure, windows_of: WindowsOf) -> FigureResult:
     levels = []
     for p in figure.points:
         what = f"seed figure {figure.id}, {p.series} at {p.x:g}: {p.group.id}/{p.arm} {figure.metric}"
-        lv = level(p.series, p.x, block_means(windows_of(p.group, p.arm), figure.metric), what, p.seed)
+        own = windows_of(p.group, p.arm)
+        lv = level(p.series, p.x, block_means(own, figure.metric), what, p.seed, requests_per_window(own))
         if p.minus is not None:
-            other = level(p.series, p.x, block_means(windows_of(*p.minus), figure.metric), what)
-            lv = gap(lv, other) if p.engines > 1 else replace(gap(lv, other), engines=1)
+            theirs = windows_of(*p.minus)
+            other = level(p.series, p.x, block_means(theirs, figure.metric), what, None, requests_per_window(theirs))
+            fewest = min((r for r in (lv.requests, other.requests) if r is not None), default=None)
+            lv = replace(gap(lv, other), engines=2 if p.engines > 1 else 1, requests=fewest)
         levels.append(lv)
     by = {(lv.series, lv.x): lv for lv in levels}
     point = {(p.series, p.x): p for p in figure.points}
