@@ -1,13 +1,23 @@
-"""Counted vs continuous req/s on the same windows, recomputed from a results file's per-request records.
+"""The window estimators, recomputed from a results file's per-request records.
 
     python -m engine_fixtures.scenarios.rate_study RESULTS.json [--json OUT]
+    python -m engine_fixtures.scenarios.rate_study --blocks RESULTS.json [RESULTS.json ...] [--json OUT]
 
 A GPU-tier result keeps the requests behind each measured window in ``metadata["requests"]`` (one entry per window,
-as ``scenarios.segment.window_requests`` writes it). For every such result the windows' req/s is recomputed both
-ways from the same rows: counted (completions in the window over its length, the old ``requests_per_s``, now
-``requests_per_s_counted``) and continuous (the time-weighted progress rate, ``loadgen.stream.progress_rate``, the
-judged ``requests_per_s``). Printed per result: the windows, both means (they agree up to the edges of the windows)
-and both within-run coefficients of variation, which is the before/after of the estimator on identical windows.
+as ``scenarios.segment.window_requests`` writes it), so any window statistic can be recomputed on the same windows.
+
+- Default: req/s both ways per result, counted (completions in the window over its length, ``requests_per_s_counted``)
+  and continuous (the time-weighted progress rate, ``loadgen.stream.progress_rate``, the judged ``requests_per_s``):
+  the windows, both means and both within-run coefficients of variation.
+- ``--blocks``: what a live contrast's interval rests on, the per-block sd of the effect ``mean log(candidate) - mean
+  log(reference)`` (GPU utilisation: the difference in points), for every pair of arms of a live group served in every
+  block (the contrasts are among them), per family and window statistic: req/s (continuous), TTFT and TPOT each as
+  p50, mean, geometric mean and 20 % trimmed mean of the window's per-request values, and the stored role CPU per
+  request and GPU utilisation. Twice: on the windows as stored, and with the warm-up rule of the stream applied
+  after the fact (each visit's first window starts once every request sent before it has completed: the wave in
+  flight at the old fixed warm-up's end is left out; the window is shortened, where a run under the rule shifts
+  it). The closing table names, per family, the statistic with the smallest root-mean-square sd over the pairs.
+
 Results without stored requests (older files, the CPU tier) are named below the table.
 """
 
@@ -26,6 +36,7 @@ from rich.table import Table
 
 from engine_fixtures.errors import BaselineError
 from engine_fixtures.loadgen.stream import finished_in, progress_rate
+from engine_fixtures.scenarios.block_sd import block_sd_rows, render_blocks
 from engine_fixtures.scenarios.segment import stored_window
 from engine_fixtures.scenarios.window_study import cv
 from engine_fixtures.store.results import ResultsFile
@@ -81,19 +92,38 @@ def render(rows: Sequence[RateRow], missing: Sequence[str], source: str) -> Tabl
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results", type=Path, help="a results JSON written by a GPU-tier run (--perf-results-dir)")
+    ap.add_argument("results", type=Path, nargs="+", help="results JSONs written by GPU-tier runs (--perf-results-dir)")
+    ap.add_argument("--blocks", action="store_true", help="the per-block sd of every contrast pair per family and "
+                    "window statistic, as stored and with the warm-up rule applied")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
     args = ap.parse_args(argv)
     try:
-        rows, missing = rate_rows(ResultsFile.load(args.results))
+        files = [(path.name, ResultsFile.load(path)) for path in args.results]
     except BaselineError as exc:
         raise SystemExit(str(exc)) from None
-    if not rows:
-        raise SystemExit(f"{args.results}: no result keeps its windows' requests (metadata[{REQUESTS_KEY!r}]); "
-                         "it was written before they were recorded, or by the CPU tier: run the GPU tier again")
-    Console(width=160).print(render(rows, missing, args.results.name))
+    console = Console(width=200)
+    if args.blocks:
+        try:
+            tables, data = block_sd_rows(files)
+        except (BaselineError, ValueError) as exc:
+            raise SystemExit(str(exc)) from None
+        for table in render_blocks(tables):
+            console.print(table)
+    else:
+        if len(files) != 1:
+            raise SystemExit("req/s counted vs continuous reads one results file; --blocks reads several")
+        name, results = files[0]
+        try:
+            rows, missing = rate_rows(results)
+        except BaselineError as exc:
+            raise SystemExit(str(exc)) from None
+        if not rows:
+            raise SystemExit(f"{args.results[0]}: no result keeps its windows' requests (metadata[{REQUESTS_KEY!r}]); "
+                             "it was written before they were recorded, or by the CPU tier: run the GPU tier again")
+        console.print(render(rows, missing, name))
+        data = {"rows": [asdict(r) for r in rows], "missing": missing}
     if args.json is not None:
-        args.json.write_text(json.dumps({"rows": [asdict(r) for r in rows], "missing": missing}, indent=2) + "\n")
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -60,3 +60,41 @@ def test_a_file_without_stored_requests_names_why(tmp_path: Path) -> None:
                                           metadata={"requests": [{"rows": []}]}),), "m").dumps())
     with pytest.raises(SystemExit, match="malformed"):
         main([str(bad)])
+
+
+def live_group_file(tmp_path: Path) -> Path:
+    """Two arms of one live group over four blocks, two windows each, the candidate's requests 20 % slower."""
+    results = []
+    for arm, period in (("ref", 0.65), ("cand", 0.78)):
+        windows, blocks, visits = [], [], []
+        for b in range(4):
+            seg = segment_of(closed_loop(C, period, 10.0, jitter_s=0.004), C, 1.3, 2 * WINDOW)
+            windows += [window_requests(seg, seg.measure_at + k * WINDOW, seg.measure_at + (k + 1) * WINDOW)
+                        for k in range(2)]
+            blocks += [b, b]
+            visits += [[b, 0], [b, 1]]
+        samples = {"requests_per_s": (1.0,) * 8, "gpu_util_mean": (50.0,) * 8}
+        results.append(RunResult(f"engine/x/{arm}/live", {}, samples,
+                                 metadata={"requests": windows, "window_block": blocks, "window_visit": visits,
+                                           "live_group": "g", "live_arm": arm}))
+    path = tmp_path / "live.json"
+    path.write_text(ResultsFile(tuple(results), "gpu-test").dumps())
+    return path
+
+
+def test_blocks_give_the_per_block_sd_of_each_pair_per_statistic(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "blocks.json"
+    main(["--blocks", str(live_group_file(tmp_path)), "--json", str(out)])
+    data = json.loads(out.read_text())
+    for mode in ("as stored", "warm-up rule"):
+        (row,) = data[mode]
+        assert (row["group"], row["pair"], row["blocks"]) == ("g", "ref vs cand", 4)
+        sd = row["sd_pct"]
+        assert {"requests_per_s", "ttft:p50", "tpot:gmean", "gpu_util_mean"} <= set(sd)
+        assert sd["gpu_util_mean"] == 0.0  # a stored per-window sample, linear: points
+        assert 0 <= sd["tpot:gmean"] < 5  # the same synthetic timing in every block
+    assert set(data["best"]["as stored"]) == {"ttft", "tpot"}
+    assert "Per-block sd of the effect" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="one results file"):
+        main([str(live_group_file(tmp_path)), str(live_group_file(tmp_path))])
