@@ -32,7 +32,7 @@ from engine_fixtures.judge.rows import as_diagnostic
 from engine_fixtures.judge.sequential import Budget, Progress, measure_until_decided
 from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.scenarios.engine import EngineScenario
-from engine_fixtures.scenarios.live import ROLE_FAMILY, Contrast
+from engine_fixtures.scenarios.live import REPORTED_WHY, ROLE_FAMILY, Contrast
 
 Window = tuple[int, dict[str, float]]  # (block index, the window's values)
 GroupWindows = Mapping[str, Sequence[Window]]
@@ -192,6 +192,6 @@ def group_verdicts(group: EngineGroup, contrast: Contrast, windows: GroupWindows
                      per_unit if units == "groups" else per_block, budget=budget, alpha=alpha, floor=floor,
                      detect=detect, family=family, arm=arm, units=units, null=null, bound=contrast.bound,
                      label=label)
-        out.append(as_diagnostic(v, f"declared report-only for this contrast: {contrast.why}")
+        out.append(as_diagnostic(v, f"reported, never gating: {REPORTED_WHY.get(name, contrast.why)}")
                    if name in contrast.report and v.is_verdict else v)
     return out

@@ -26,7 +26,7 @@ from engine_fixtures.judge.paired import judge_contrast
 from engine_fixtures.judge.rows import as_diagnostic
 from engine_fixtures.judge.sequential import Budget, Progress, measure_until_decided
 from engine_fixtures.judge.verdicts import Verdict
-from engine_fixtures.scenarios.live import Arm, Contrast, LiveGroup
+from engine_fixtures.scenarios.live import REPORTED_WHY, Arm, Contrast, LiveGroup
 
 Window = tuple[int, dict[str, float]]  # (block index, the window's values)
 ArmWindows = Mapping[str, Sequence[Window]]
@@ -95,7 +95,7 @@ def contrast_verdicts(group: LiveGroup, contrast: Contrast, windows: ArmWindows,
         effects = effects_by_block(name, ref, ref_b, cand, cand_b)
         v = judge_contrast(label, name, ref, cand, effects, bound=contrast.bound, budget=budget, alpha=alpha,
                            floor=floor, family=len([n for n in names if n not in contrast.report]))
-        out.append(as_diagnostic(v, f"declared report-only for this contrast: {contrast.why}")
+        out.append(as_diagnostic(v, f"reported, never gating: {REPORTED_WHY.get(name, contrast.why)}")
                    if name in contrast.report else v)
     return out
 

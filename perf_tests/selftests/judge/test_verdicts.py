@@ -113,15 +113,17 @@ def test_a_metric_only_a_one_run_pool_has_is_gone_without_an_error() -> None:
 
 
 def test_only_a_scenarios_gating_metrics_are_verdicts() -> None:
-    """Issue 19 item 7: req/s, TTFT/TPOT p50 and the CPU per request of the role the arm changes gate; output
-    tok/s (req/s again), the p99s and the zero-sum shares of the quota are report-only."""
-    names = ("requests_per_s", "output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms",
+    """Issue 19 item 7: req/s, TTFT p50, TPOT (its geometric mean over the requests; issue 34) and the CPU per
+    request of the role the arm changes gate; output tok/s (req/s again), the p99s, TPOT's p50 and the zero-sum shares
+    of the quota are report-only."""
+    names = ("requests_per_s", "output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_gmean_ms",
              "cpu_s_per_request.http_server", "cpu_s_per_request.scheduler", "cpu_share_of_quota.scheduler")
     pool = Pool({n: RPS for n in names})
     rows = judge_result({n: (20.0, 20.1, 19.9) for n in names}, pool,
                         scenario="engine/transport=cpu/copy=buffer/c=16")
     gated = sorted(v.metric for v in rows if v.is_verdict)
-    assert gated == ["cpu_s_per_request.http_server", "requests_per_s", "tpot_p50_ms", "ttft_p50_ms"]
+    assert gated == ["cpu_s_per_request.http_server", "requests_per_s", "tpot_gmean_ms", "ttft_p50_ms"]
+    assert "not a gate of this scenario" in next(v for v in rows if v.metric == "tpot_p50_ms").message
     assert not judge_result({"ttft_p99_ms": (300.0, 310.0)}, Pool({}), scenario="engine/copy=buffer")[0].gating
     share = next(v for v in rows if v.metric == "cpu_share_of_quota.scheduler")
     assert share.status == "report-only"
@@ -146,7 +148,7 @@ def test_gpu_util_that_vanished_is_said_and_errors_where_it_gates() -> None:
     (gpu,) = [v for v in rows if v.metric == "gpu_util_mean"]
     assert gpu.status == "report-only"
     assert "not measured this run (NVML unavailable?)" in gpu.message
-    assert "TPOT p50" in gpu.message
+    assert "judged by TPOT and req/s" in gpu.message
     busy = Pool({"requests_per_s": RPS, "gpu_util_mean": [(82.0, 83.0, 81.5)] * 4})
     with pytest.raises(MeasurementError, match="NVML"):
         judge_result({"requests_per_s": (20.0, 20.1, 19.9)}, busy, scenario="s")
@@ -156,7 +158,7 @@ def test_ab_verdict_reports_a_paired_interval() -> None:
     ref = [3.3, 3.31, 3.29, 3.3, 3.32, 3.28]
     cand = [v * 1.2 for v in ref]
     ratios = [math.log(1.2) + d for d in (0.001, -0.002, 0.0015, 0.0, -0.001, 0.002)]
-    v = judge_ab("tpot_p50_ms", ref, cand, ratios, budget=12)
+    v = judge_ab("tpot_gmean_ms", ref, cand, ratios, budget=12)
     assert v.status == "regression"
     assert v.kind == "group"  # fresh engine groups are its units
     assert "95% CI" in v.message
@@ -168,20 +170,20 @@ def test_ab_verdict_reports_a_paired_interval() -> None:
 def test_ab_pass_names_what_it_catches_and_which_variance_it_used() -> None:
     ref = [3.3] * 6
     noisy = [math.log(1.25) + d for d in (0.3, -0.3, 0.15, -0.15, 0.24, -0.24)]
-    v = judge_ab("tpot_p50_ms", ref, [4.1] * 6, noisy, budget=6, alpha=0.0025)
+    v = judge_ab("tpot_gmean_ms", ref, [4.1] * 6, noisy, budget=6, alpha=0.0025)
     assert v.status == "inconclusive"
     assert "95% CI" in v.message
     assert "t with 5 df (no A/A history on this host" in v.message
     quiet = [0.001 * d for d in (1, -1, 2, -2, 1, -1)]
-    ok = judge_ab("tpot_p50_ms", ref, ref, quiet, budget=6)
+    ok = judge_ab("tpot_gmean_ms", ref, ref, quiet, budget=6)
     assert ok.status == "pass"
     assert ok.detectable is not None
     assert 0 < ok.detectable < 0.20  # what it excludes, within the 20 % ceiling
     assert f"catches {ok.detectable:.1%} worse" in ok.message
-    assert judge_ab("tpot_p50_ms", ref, ref, noisy, budget=6, detect=0.05).status == "inconclusive"
-    blocks = judge_ab("tpot_p50_ms", ref, ref, quiet, budget=6, units="blocks")
+    assert judge_ab("tpot_gmean_ms", ref, ref, noisy, budget=6, detect=0.05).status == "inconclusive"
+    blocks = judge_ab("tpot_gmean_ms", ref, ref, quiet, budget=6, units="blocks")
     assert "offset between two starts of one build is not in this interval" in blocks.message
-    pooled = judge_ab("tpot_p50_ms", ref, ref, [0.001], budget=6,
+    pooled = judge_ab("tpot_gmean_ms", ref, ref, [0.001], budget=6,
                       null=NullSample.of([0.02, -0.02, 0.01, -0.01, 0.0], "this host's A/A history"))
     assert pooled.status == "pass"  # one fresh pair, the spread borrowed from five null pairs
     assert "variance pooled with 5 null pair(s) of this host's A/A history (5 df)" in pooled.message
@@ -209,8 +211,8 @@ def test_the_gating_family_counts_what_really_gates_here() -> None:
     arm = {"copy": "buffer"}
     idle = Pool({"gpu_util_mean": [(5.0, 6.0)] * 3}).runs_for
     busy = Pool({"gpu_util_mean": [(85.0, 86.0)] * 3}).runs_for
-    names = ["requests_per_s", "gpu_util_mean", "tpot_p50_ms"]
-    assert gating(names, arm, idle) == ("requests_per_s", "tpot_p50_ms")
-    assert gating(names, arm, busy) == ("gpu_util_mean", "requests_per_s", "tpot_p50_ms")
+    names = ["requests_per_s", "gpu_util_mean", "tpot_gmean_ms"]
+    assert gating(names, arm, idle) == ("requests_per_s", "tpot_gmean_ms")
+    assert gating(names, arm, busy) == ("gpu_util_mean", "requests_per_s", "tpot_gmean_ms")
     cpu = ["requests_per_s", "rel.requests_per_s", "latency_p50_ms", "rel.latency_p50_ms", "copy_per_s"]
     assert gating(cpu, arm) == ("copy_per_s", "rel.latency_p50_ms", "rel.requests_per_s")

@@ -31,7 +31,7 @@ from engine_fixtures.scenarios.live import FAMILIES, INHERIT, QUOTA_THREADS, REP
 
 Q = "quarter"  # a quarter of the visible CPUs: 4 of the H200's 16, where the seed's copy regression reproduced
 ROWS = 3  # blocks of a measured row: a level with an interval (t, 2 df)
-IPC_FAMILIES = (*FAMILIES, "rebuild_ms_per_image", *REPORTED)
+IPC_FAMILIES = (*FAMILIES, "rebuild_ms_per_image")
 PX = (512, 1024, 2048)
 
 
