@@ -102,7 +102,7 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: in
                 load.first_light(engine, scenario.workload(), timeline)
             if not spin:
                 cal = load.windows(live[REFERENCE], scenario, 2, timeline)
-                tpot = sum(w["tpot_p50_ms"] for w in cal) / len(cal)
+                tpot = sum(w["tpot_gmean_ms"] for w in cal) / len(cal)
                 spin.extend(tpot * s / 100.0 for s in sizes)
                 report["reference_tpot_ms"], report["spin_ms"] = tpot, list(spin)
             for name, ms in zip(names[1:], spin, strict=True):
@@ -128,7 +128,7 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: in
     return report
 
 
-JUDGED = ("requests_per_s", "tpot_p50_ms", "ttft_p50_ms")
+JUDGED = ("requests_per_s", "tpot_gmean_ms", "ttft_p50_ms")
 
 
 def render(report: dict) -> Table:
@@ -147,13 +147,13 @@ def render(report: dict) -> Table:
             return f"{sum(r.get(m, {}).get('status') == status for r in rows)}/{len(rows)}"
 
         anyreg = sum(any(v["status"] == "regression" for name, v in r.items() if metric(name).judged) for r in rows)
-        realised = {m: _mean([r[m]["delta"] for r in rows if m in r]) for m in ("tpot_p50_ms", "requests_per_s")}
+        realised = {m: _mean([r[m]["delta"] for r in rows if m in r]) for m in ("tpot_gmean_ms", "requests_per_s")}
         spin = report.get("spin_ms", [math.nan] * len(report["sizes"]))[i]
-        catches = sorted(r["tpot_p50_ms"]["catches"] for r in rows
-                         if r.get("tpot_p50_ms", {}).get("catches") is not None)
-        table.add_row(f"{size:g}%", f"{spin:.3f}", _pct(realised["tpot_p50_ms"]), _pct(realised["requests_per_s"]),
-                      count("tpot_p50_ms"), count("requests_per_s"), count("ttft_p50_ms"), f"{anyreg}/{len(rows)}",
-                      count("tpot_p50_ms", "inconclusive"), _pct(catches[len(catches) // 2]) if catches else "-")
+        catches = sorted(r["tpot_gmean_ms"]["catches"] for r in rows
+                         if r.get("tpot_gmean_ms", {}).get("catches") is not None)
+        table.add_row(f"{size:g}%", f"{spin:.3f}", _pct(realised["tpot_gmean_ms"]), _pct(realised["requests_per_s"]),
+                      count("tpot_gmean_ms"), count("requests_per_s"), count("ttft_p50_ms"), f"{anyreg}/{len(rows)}",
+                      count("tpot_gmean_ms", "inconclusive"), _pct(catches[len(catches) // 2]) if catches else "-")
     return table
 
 

@@ -127,6 +127,12 @@ class Contrast:
     why: str = ""  # what the contrast guards and why its bound is right (shown with its verdicts)
     report: tuple[str, ...] = REPORTED  # measured and shown with their interval, never gating (say why in ``why``)
 
+    def __post_init__(self) -> None:
+        if not set(self.metrics) - set(self.report):
+            raise ConfigError(f"contrast {self.label!r}: every metric of {list(self.metrics)} is reported (report="
+                              f"{list(self.report)}), so nothing gates it; name a gating metric (TPOT gates as "
+                              "tpot_gmean_ms) or pass report=()")
+
     @property
     def id(self) -> str:
         return self.label.replace(" ", "-")

@@ -22,7 +22,7 @@ def trial_windows(rng: np.random.Generator, slow: list[float], groups: int, bloc
             factor = 1.0 if who == "reference" else 1.0 + slow[int(who[1:]) - 1]
             for b in bs:
                 tpot = 3.3 * factor * (1 + offset[who]) * (1 + 0.01 * rng.standard_normal())
-                windows[who].append((b, {"tpot_p50_ms": tpot, "requests_per_s": 40.0 / (tpot / 3.3)}))
+                windows[who].append((b, {"tpot_gmean_ms": tpot, "requests_per_s": 40.0 / (tpot / 3.3)}))
         block_unit += [g] * blocks
     return windows, block_unit
 
@@ -32,15 +32,15 @@ def test_a_trial_flags_twenty_percent_and_never_flags_a_zero_spin() -> None:
     group = study_group(SCENARIOS["cpu-copy=buffer"], 2)
     windows, units = trial_windows(rng, [0.0, 0.20], 3, 2)
     zero, slow = judge_trial(group, windows, units, 1, 3), judge_trial(group, windows, units, 2, 3)
-    assert slow["tpot_p50_ms"]["status"] == "regression"
-    assert abs(slow["tpot_p50_ms"]["delta"] - 0.20) < 0.03
-    assert zero["tpot_p50_ms"]["status"] != "regression"
+    assert slow["tpot_gmean_ms"]["status"] == "regression"
+    assert abs(slow["tpot_gmean_ms"]["delta"] - 0.20) < 0.03
+    assert zero["tpot_gmean_ms"]["status"] != "regression"
     assert [m.name for m in group.members] == ["reference", "c1", "c2"]
 
 
 def test_render_counts_every_size() -> None:
-    trial = {"0.0": {"tpot_p50_ms": {"status": "pass", "delta": 0.001}},
-             "10.0": {"tpot_p50_ms": {"status": "regression", "delta": 0.1},
+    trial = {"0.0": {"tpot_gmean_ms": {"status": "pass", "delta": 0.001}},
+             "10.0": {"tpot_gmean_ms": {"status": "regression", "delta": 0.1},
                       "requests_per_s": {"status": "inconclusive", "delta": -0.05}}}
     report = {"scenario": "x", "reference_tpot_ms": 3.3, "pairs_per_trial": 3, "sizes": [0.0, 10.0],
               "spin_ms": [0.0, 0.33], "trials": [trial, trial]}

@@ -22,7 +22,7 @@ from engine_fixtures.errors import InvariantViolated
 def stub(ms):
     return ("-m", "engine_fixtures.testing.stub_engine", "--stub-token-ms", str(ms))
 
-METRICS = ("tpot_p50_ms",)
+METRICS = ("tpot_gmean_ms",)
 GROUP = EngineGroup("stub", members=(
     Member("fast", EngineScenario("fast", concurrency=2, output_tokens=8, launcher=stub(2), proof=False)),
     Member("slow", EngineScenario("slow", concurrency=2, output_tokens=8, launcher=stub(6), proof=False))),
@@ -45,7 +45,7 @@ def test_a_group_of_launches_decides_its_contrasts_with_this_hosts_null_history(
     info = MachineInfo.collect()
     history = NullHistory(pytester.path / "bl", info.key, host_of(info.as_dict()))
     history.record("model=qwen-tiny/c=2/out=8/quota=none",  # the group's load shape (shape_key)
-                   null_entry("seed", 1, 0.3, {"tpot_p50_ms": [0.02, -0.02, 0.01, -0.01, 0.015, -0.015]}))
+                   null_entry("seed", 1, 0.3, {"tpot_gmean_ms": [0.02, -0.02, 0.01, -0.01, 0.015, -0.015]}))
     pytester.makepyfile(test_group=TEST_FILE)
     out = pytester.path / "out"
     r = pytester.runpytest_subprocess(
