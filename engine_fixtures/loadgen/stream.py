@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import pickle
+import subprocess
 import sys
 import tempfile
 import time
@@ -148,15 +149,17 @@ class LoadStream:
     def pid(self) -> int | None:
         return self._child.pid if self._child is not None else None
 
-    def close(self) -> None:
+    def close(self, ask: bool = True) -> None:
+        """Stop the client: asked to quit (``Q``, read between orders) when ``ask``, else at once (it is in the middle
+        of an order and would read nothing before answering it)."""
         child, self._child = self._child, None
         if child is not None:
             try:
-                if child.proc.poll() is None and child.proc.stdin is not None:
+                if ask and child.proc.poll() is None and child.proc.stdin is not None:
                     child.proc.stdin.write(frame(b"Q"))
                     child.proc.stdin.flush()
                     child.proc.wait(timeout=_STOP_TIMEOUT_S)
-            except (OSError, ValueError, TimeoutError):
+            except (OSError, ValueError, subprocess.TimeoutExpired):
                 pass  # stop() below ends it either way
             finally:
                 child.stop(grace_s=0.0, kill_timeout_s=_STOP_TIMEOUT_S)
@@ -195,7 +198,7 @@ class LoadStream:
 
         kind, payload = self._reader.read(_Count(), time.monotonic() + deadline_s)
         if kind is None:
-            self.close()
+            self.close(ask=False)
             self._stopped = f"its {what} did not finish within {deadline_s:.0f} s"
             raise MeasurementError(f"the load stream's {what} did not finish within {deadline_s:.0f} s (requests "
                                    "stuck in the engine?); the client was stopped")
