@@ -4,8 +4,9 @@ stand-in for an engine). Raw asyncio protocol on uvloop, HTTP/1.1 keep-alive, ch
 Answers ``POST .../chat/completions`` with a role chunk, ``max_tokens`` content chunks, a usage chunk
 and ``data: [DONE]``; ``GET /health`` and ``GET /v1/models`` with 200. The first content chunk is
 sent ``ttft_ms`` after the request arrived, then one chunk every ``itl_ms`` (absolute schedule, no
-drift). Query parameters override per request: ``ttft_ms``, ``itl_ms``, ``fail`` and ``every``
-(fail only every K-th request the server has seen). ``fail`` modes: ``status:<code>``, ``cut``
+drift). Query parameters override per request: ``ttft_ms`` (a comma list cycles over the requests the server
+has seen, so a closed loop's slots fall out of step), ``itl_ms``, ``fail`` and ``every`` (fail only every K-th
+request the server has seen). ``fail`` modes: ``status:<code>``, ``cut``
 (close mid-stream), ``malformed`` (a non-SSE line mid-stream), ``nodone`` (no ``[DONE]``),
 ``nousage`` (no usage chunk; valid), ``short`` (usage reports one token less than sent). The same
 keys work as ``X-Stub-<Key>`` headers. ``GET /stub/stats`` returns and clears the server-side
@@ -135,7 +136,8 @@ class StubProtocol(asyncio.Protocol):
                 b'{"object":"error","message":"stub failure","code":%s}' % (fail.split(":", 1)[1].encode()),
             )
             return
-        ttft = float(opts.get("ttft_ms", self.settings.ttft_ms)) / 1000.0
+        ttfts = opts.get("ttft_ms", str(self.settings.ttft_ms)).split(",")
+        ttft = float(ttfts[self.settings.seen % len(ttfts)]) / 1000.0
         itl = float(opts.get("itl_ms", self.settings.itl_ms)) / 1000.0
         self.transport.write(_SSE_HEAD)
         if ttft == 0 and itl == 0:
