@@ -37,7 +37,9 @@ class RawRun:
     time and wall time over the whole run; ``loop_lag_s``: lateness of a timer probe every
     ``LAG_PROBE_S`` (event-loop lag: busy loop or starved process); ``origin``: the
     ``time.perf_counter()`` value record times are relative to (CLOCK_MONOTONIC on Linux, so
-    comparable with other processes' clocks)."""
+    comparable with other processes' clocks). ``measure_at``/``stop_at``: a load stream's segment only
+    (``stream_driver.StreamDriver``, the one place that decides them), absolute ``perf_counter`` values:
+    when its warm-up ended and when sending stopped; None for a run of a fixed list of requests."""
 
     records: tuple[RequestRecord, ...]
     exhausted_s: float | None
@@ -45,6 +47,8 @@ class RawRun:
     cpu_s: float
     origin: float = 0.0
     loop_lag_s: tuple[float, ...] = ()
+    measure_at: float | None = None
+    stop_at: float | None = None
 
 
 class _Counter:
@@ -54,10 +58,11 @@ class _Counter:
 
 
 async def run_client(url: str, spec: WorkloadSpec, bodies: Sequence[bytes], counter: Any = None,
-                     driver: Any = None) -> RawRun:
+                     driver: Any = None, origin: float | None = None) -> RawRun:
     """Send every body (warmup first) through ``spec.http_client`` and return the raw measurement; ``driver``
-    replaces the HTTP client's own (the load stream's time-bounded loop). Never raises for a request error:
-    failures are recorded per request."""
+    replaces the HTTP client's own (the load stream's time-bounded loop). ``origin``: the clock origin record times
+    count from, now by default (the load stream passes the one its driver's warm-up counts from). Never raises for a
+    request error: failures are recorded per request."""
     counter = counter if counter is not None else _Counter()
     if driver is None:
         if spec.http_client == "fast":
@@ -66,7 +71,7 @@ async def run_client(url: str, spec: WorkloadSpec, bodies: Sequence[bytes], coun
             from engine_fixtures.loadgen.aiohttp_client import AiohttpDriver as Driver  # type: ignore[assignment]
         driver = Driver(url, spec, bodies)  # pre-serialises what it can, before the clock
     rows: list[tuple[Any, ...]] = []
-    origin = time.perf_counter()
+    origin = time.perf_counter() if origin is None else origin
     cpu0 = time.process_time()
     loop = asyncio.get_running_loop()
     lags: list[float] = []

@@ -77,7 +77,7 @@ class FastDriver:
             while self.idle and conn is None:
                 candidate = self.idle.pop()
                 conn = candidate if candidate.alive and not candidate.busy else None
-            self._start(conn, index, due)
+            self._start(conn, index, due, time.perf_counter())
 
     def _next(self, conn: FastConnection | None, freed: float) -> None:
         """Closed loop: the slot of ``conn`` (None: needs a connection) takes the next request or retires."""
@@ -87,10 +87,10 @@ class FastDriver:
                 self.exhausted.append(time.perf_counter())
             return
         self.next_index = index + 1
-        self._start(conn, index, freed)
+        self._start(conn, index, freed, time.perf_counter())
 
-    def _start(self, conn: FastConnection | None, index: int, intended: float) -> None:
-        sent = time.perf_counter()
+    def _start(self, conn: FastConnection | None, index: int, intended: float, sent: float) -> None:
+        """Send request ``index`` (on ``conn``, or on a new connection); ``sent`` (now) is its recorded send time."""
         if conn is not None and conn.alive:
             conn.send(index, intended, sent, self.heads[index], self.bodies[index])
             return

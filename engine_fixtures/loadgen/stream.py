@@ -1,9 +1,12 @@
 """``LoadStream``: one load client process for a whole session, told where each segment starts and stops.
 
-A segment is one stretch of closed-loop load against one engine: ``warmup_s`` of load that is never measured,
-then ``measure_s`` of load cut into windows by the caller (``scenarios.segment``), then a drain (the requests
-in flight finish; no new one is sent). Between segments the client waits for its next order, so an arm pays
-the client's start and the image encoding once per session and workload, not once per window.
+A segment is one stretch of closed-loop load against one engine: a warm-up that is never measured, then
+``measure_s`` of load cut into windows by the caller (``scenarios.segment``), then a drain (the requests in flight
+finish; no new one is sent). The warm-up lasts ``warmup_s`` and then until every request sent in those ``warmup_s``
+has completed, so that the wave in flight at its nominal end (sent before it, on a visit's first seconds after an
+arm switch) never lands in the first window; the client's driver decides where it ends (``Segment.measure_at``, the
+rule in ``stream_driver``) and stops sending ``measure_s`` later. Between segments the client waits for its next
+order, so an arm pays the client's start and the image encoding once per session and workload, not once per window.
 
 The process is ``isolation.process.Supervised`` (pipes, the curated child environment, this process's cgroup,
 optionally pinned to ``cpus``); ``close()`` stops it, and a dead client is ``ProcessCrashed``.
@@ -37,13 +40,17 @@ from engine_fixtures.loadgen.stream_child import SegmentOrder
 from engine_fixtures.loadgen.workload import WorkloadSpec
 
 _STOP_TIMEOUT_S = 10.0
+BUILD_S = 120.0  # building a workload's bodies (encoding its images), the slack of every order's deadline
 
 
 @dataclass(frozen=True)
 class Segment:
     """What one segment measured. Times are CLOCK_MONOTONIC seconds (``time.monotonic()`` in any process):
-    ``start`` the first send, ``measure_at`` the end of the warmup, ``stop_at`` when sending stopped, ``end`` when
-    the last request in flight finished. ``records`` hold times relative to ``start``."""
+    ``start`` the client's clock origin, taken just before the first send; ``measure_at`` the end of the warm-up, as
+    the client decided it (``stream_driver.warmup_end``: ``start + warmup_s``, or just after the latest completion of a
+    request sent before that, if later), where the first window starts; ``stop_at`` = ``measure_at + measure_s``, when
+    sending stopped (no request is sent at or after it); ``end`` when the last request in flight finished. ``records``
+    hold times relative to ``start``."""
 
     url: str
     spec: WorkloadSpec
@@ -118,10 +125,12 @@ def tokens_in(records: Iterable[RequestRecord], lo: float, hi: float) -> float:
 
 
 class LoadStream:
-    """Context manager: ``with LoadStream(cpus=...) as stream: seg = stream.segment(url, spec, 1.0, 15.0)``."""
+    """Context manager: ``with LoadStream(cpus=...) as stream: seg = stream.segment(url, spec, 1.0, 15.0)``.
+    ``build_s``: how long the client may take to build a workload's bodies (an order's share of its deadline)."""
 
-    def __init__(self, cpus: Iterable[int] | None = None) -> None:
+    def __init__(self, cpus: Iterable[int] | None = None, build_s: float = BUILD_S) -> None:
         self.cpus = check_cpus(cpus)
+        self.build_s = build_s
         self.segments = 0
         self._pending = 0  # prepare() orders whose answer is not read yet
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -190,7 +199,7 @@ class LoadStream:
         self._child.proc.stdin.flush()
         self._pending += 1
 
-    def _answer(self, deadline_s: float, what: str) -> bytes:
+    def _answer(self, deadline_s: float, what: str, why: str) -> bytes:
         assert self._reader is not None
 
         class _Count:
@@ -200,8 +209,8 @@ class LoadStream:
         if kind is None:
             self.close(ask=False)
             self._stopped = f"its {what} did not finish within {deadline_s:.0f} s"
-            raise MeasurementError(f"the load stream's {what} did not finish within {deadline_s:.0f} s (requests "
-                                   "stuck in the engine?); the client was stopped")
+            raise MeasurementError(f"the load stream's {what} did not finish within {deadline_s:.0f} s ({why}); the "
+                                   "client was stopped")
         if kind == b"":
             raise ProcessCrashed(f"the load stream's client died with no result: {self._tail()}")
         if kind == b"E":
@@ -210,8 +219,11 @@ class LoadStream:
         return payload
 
     def segment(self, url: str, spec: WorkloadSpec, warmup_s: float, measure_s: float) -> Segment:
-        """Run ``warmup_s`` + ``measure_s`` of closed-loop load at ``spec.concurrency``, then drain. Raises
-        ``LoadError`` when any request failed, ``MeasurementError`` when the segment outruns its deadline."""
+        """Closed-loop load at ``spec.concurrency``: a warm-up of ``warmup_s`` that lasts until every request sent in
+        it has completed, then ``measure_s`` of load, then the drain. Raises ``LoadError`` when any request failed,
+        ``MeasurementError`` when the segment outruns its deadline: the bodies' build, the warm-up and the measured
+        span, and a request's connect and request timeouts twice (the warm-up's last requests, then the drain's), by
+        which every request has ended on its own."""
         self._require("segment")
         assert self._child is not None
         if not (warmup_s >= 0 and measure_s > 0):
@@ -222,27 +234,35 @@ class LoadStream:
             raise ProcessCrashed(f"the load stream's client exited (code {proc.returncode}): {self._tail()}")
         assert proc.stdin is not None
         assert proc.stdout is not None
-        order = pickle.dumps(SegmentOrder(endpoint, spec, warmup_s + measure_s))
+        order = pickle.dumps(SegmentOrder(endpoint, spec, warmup_s, measure_s))
         proc.stdin.write(frame(b"S", order))
         proc.stdin.flush()
         while self._pending:
-            self._answer(120.0, "body build")
+            self._answer(self.build_s, "body build", "image encoding this slow, or the client stuck")
             self._pending -= 1
-        deadline_s = 120.0 + warmup_s + measure_s + spec.request_timeout_s  # the first order also builds bodies
-        payload = self._answer(deadline_s, f"segment against {endpoint}")
+        life_s = spec.connect_timeout_s + spec.request_timeout_s  # the longest any request can take
+        deadline_s = self.build_s + warmup_s + measure_s + 2 * life_s  # the first order also builds bodies
+        why = (f"{self.build_s:g} s for the bodies, the warm-up's {warmup_s:g} s and up to {life_s:g} s more for the "
+               f"requests sent in it to complete, {measure_s:g} s measured and up to {life_s:g} s of drain: every "
+               "request ends by its own connect and request timeouts by then, so the client itself is stuck "
+               "(stopped, or starved of CPU)")
+        payload = self._answer(deadline_s, f"segment against {endpoint}", why)
         raw: RawRun = pickle.loads(payload)
         self.segments += 1
-        return _segment(endpoint, spec, raw, warmup_s, measure_s)
+        return _segment(endpoint, spec, raw, warmup_s)
 
 
-def _segment(url: str, spec: WorkloadSpec, raw: RawRun, warmup_s: float, measure_s: float) -> Segment:
+def _segment(url: str, spec: WorkloadSpec, raw: RawRun, warmup_s: float) -> Segment:
+    start = raw.origin
+    # The stream's driver sets both before it can end.
+    assert raw.measure_at is not None
+    assert raw.stop_at is not None
     failed = tuple(r.error for r in raw.records if r.error is not None)
     if failed:
         kinds = sorted({e.kind for e in failed})
         shown = "\n  ".join(str(e) for e in failed[:5])
-        raise LoadError(f"{len(failed)} of {len(raw.records)} requests to {url} failed ({', '.join(kinds)}); "
-                        f"first:\n  {shown}", failed)
-    start = raw.origin
+        raise LoadError(f"{len(failed)} of {len(raw.records)} requests to {url} failed ({', '.join(kinds)}); the "
+                        f"warm-up ended {raw.measure_at - start:.2f} s in, once every request sent in its first "
+                        f"{warmup_s:g} s had ended; first:\n  {shown}", failed)
     end = start + max((r.end_s for r in raw.records), default=raw.wall_s)
-    return Segment(url, spec, start, start + warmup_s, start + warmup_s + measure_s, end, raw.records,
-                   raw.loop_lag_s, raw.cpu_s)
+    return Segment(url, spec, start, raw.measure_at, raw.stop_at, end, raw.records, raw.loop_lag_s, raw.cpu_s)

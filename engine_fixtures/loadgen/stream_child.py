@@ -3,9 +3,11 @@
 Reads framed commands from stdin, one at a time, and answers each on stdout (frames as in ``loadgen.child``: a
 kind byte and an 8-byte length):
 
-- ``S`` + pickled ``SegmentOrder``: run one closed-loop segment against ``order.url`` until ``order.stop_after_s``
-  past its start, then drain; answer ``R`` + pickled ``RawRun`` (record times relative to ``RawRun.origin``, a
-  ``perf_counter`` = CLOCK_MONOTONIC value) or ``E`` + pickled ``(message, traceback)``.
+- ``S`` + pickled ``SegmentOrder``: run one closed-loop segment against ``order.url``: a warm-up of
+  ``order.warmup_s`` that lasts until every request sent in it has completed, then ``order.measure_s`` of load,
+  then the drain (``stream_driver``, which decides where the warm-up ends and sending stops); answer ``R`` + pickled
+  ``RawRun`` (record times relative to ``RawRun.origin``, a ``perf_counter`` = CLOCK_MONOTONIC value, with the
+  driver's ``measure_at`` and ``stop_at``) or ``E`` + pickled ``(message, traceback)``.
 - ``B`` + pickled ``WorkloadSpec``: build that workload's bodies now (sent while an engine starts, so the first
   segment does not wait for the image encoding); answer ``R`` + pickled ``None``.
 - ``Q`` (or end of input): exit.
@@ -34,7 +36,8 @@ POOL_BODIES = 128  # distinct bodies per workload; closed loops cycle over them
 class SegmentOrder:
     url: str  # the chat completions endpoint
     spec: WorkloadSpec  # concurrency, images, text and output length (num_requests is ignored)
-    stop_after_s: float  # no new request after this long; the segment ends when those in flight finished
+    warmup_s: float  # the nominal warm-up; it lasts until the requests sent in it have completed
+    measure_s: float  # then this long of load, after which no request is sent; the drain follows
 
 
 def _read_exact(fd: int, n: int) -> bytes:
@@ -74,15 +77,17 @@ class BodyCache:
 
 
 def run_segment(order: SegmentOrder, cache: BodyCache) -> object:
-    from engine_fixtures.loadgen.client import run_client
+    from engine_fixtures.loadgen.client import RawRun, run_client
     from engine_fixtures.loadgen.stream_driver import StreamDriver
 
     bodies = cache.get(order.spec)
-    spec = replace(order.spec, warmup_requests=0)  # warmup is a time span here, cut by the parent
+    spec = replace(order.spec, warmup_requests=0)  # the warm-up is a time span here, decided by the driver
 
-    async def run() -> object:
-        driver = StreamDriver(order.url, spec, bodies, time.perf_counter() + order.stop_after_s)
-        return await run_client(order.url, spec, bodies, driver=driver)
+    async def run() -> RawRun:
+        origin = time.perf_counter()  # the records' clock origin, and the one the warm-up counts from
+        driver = StreamDriver(order.url, spec, bodies, origin + order.warmup_s, order.measure_s)
+        raw = await run_client(order.url, spec, bodies, driver=driver, origin=origin)
+        return replace(raw, measure_at=driver.measure_at, stop_at=driver.stop_at)
 
     try:
         import uvloop

@@ -1,9 +1,10 @@
 """One load segment against a running engine, cut into back-to-back measurement windows.
 
-``measure_segment(engine, stream, plan)`` runs ``plan.warmup_s`` of closed-loop load (never measured), then
-``plan.windows`` windows of ``plan.window_s`` seconds with no pause between them, then the drain. The samplers
-(CPU per role, GPU utilisation, running requests) run over the whole segment and are cut at the window marks.
-Values per window (``window_values``):
+``measure_segment(engine, stream, plan)`` runs a warm-up of closed-loop load (never measured: ``plan.warmup_s``, and
+then until every request sent in it has completed, as the client decides and reports it in ``Segment.measure_at``),
+then ``plan.windows`` windows of ``plan.window_s`` seconds from ``measure_at`` with no pause between them, then the
+drain. The samplers (CPU per role, GPU utilisation, running requests) run over the whole segment and are cut at the
+window marks. Values per window (``window_values``):
 
 - ``requests_per_s``: the time-weighted progress rate (each request adds the share of its lifetime inside the
   window; ``loadgen.stream.progress_rate`` says why: completions come in lockstep bursts, so a count per window is
@@ -63,7 +64,7 @@ class SegmentPlan:
     workload: WorkloadSpec  # concurrency, images, output length
     windows: int
     window_s: float
-    warmup_s: float
+    warmup_s: float  # the nominal warm-up: it lasts until the requests sent in it have completed (Segment.measure_at)
     sample_hz: float = 10.0
     proof: bool = True  # read the proof counters around a cuda_ipc segment (the IPC metrics)
 

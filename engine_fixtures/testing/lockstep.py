@@ -5,7 +5,7 @@ the previous one ends, and every request lasts about ``period_s``. In lockstep (
 together, in bursts of ``concurrency`` once per period, as the H200 runs at a fixed output length do (88 of 95
 bursts of 16 within ~4 ms: ``jitter_s``); ``stagger=True`` shifts slot ``i`` by ``i / concurrency`` of a period so
 completions are spread evenly. The true rate is ``concurrency / period_s`` either way. ``segment_of`` wraps records
-in the ``loadgen.stream.Segment`` a measured segment would return.
+in a ``loadgen.stream.Segment`` whose windows start where the test says.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ def closed_loop(concurrency: int, period_s: float, seconds: float, *, stagger: b
 
 def segment_of(records: tuple[RequestRecord, ...], concurrency: int, warmup_s: float, measure_s: float,
                start: float = 1000.0) -> Segment:
-    """The segment a stream would return for ``records``, its first send at ``start`` (CLOCK_MONOTONIC s)."""
+    """A segment of ``records``, its first send at ``start`` (CLOCK_MONOTONIC s), measured from ``start + warmup_s``
+    for ``measure_s``. The warm-up's end is given, not derived: a real stream extends it until the requests sent in it
+    have completed (``loadgen.stream_driver``); the estimators' tests place their windows where they choose."""
     spec = WorkloadSpec(num_requests=len(records), concurrency=concurrency)
     end = start + max(r.end_s for r in records)
     return Segment("http://127.0.0.1:1", spec, start, start + warmup_s, start + warmup_s + measure_s, end, records,

@@ -67,13 +67,22 @@ def factory(tmp_path: Path):  # type: ignore[no-untyped-def]
 def test_a_window_yields_every_engine_metric(model: Path, factory: EngineFactory, stream: LoadStream) -> None:
     engine = factory.get(stub(model, 2.0))
     timeline = Timeline()
-    ws = measure_segment(engine, stream, SegmentPlan(SCENARIO.workload(), 3, 0.5, 0.3), timeline)
+    requests: list[dict] = []
+    ws = measure_segment(engine, stream, SegmentPlan(SCENARIO.workload(), 3, 0.5, 0.3), timeline, requests=requests)
     assert len(ws) == 3
     w = ws[0]
     kinds = [s.kind for s in timeline.spans]
     assert (kinds.count("window"), kinds.count("warmup"), kinds.count("drain")) == (3, 1, 1)
     spans = [s for s in timeline.spans if s.kind == "window"]
     assert all(b.t0 == pytest.approx(a.t1) for a, b in itertools.pairwise(spans))  # back to back, no pause
+    # The warm-up runs until the windows start (after the requests sent in its first 0.3 s ended), the drain from
+    # where they end; the stored requests of the first window hold none sent in those 0.3 s.
+    (warmup,) = (s for s in timeline.spans if s.kind == "warmup")
+    (drain,) = (s for s in timeline.spans if s.kind == "drain")
+    assert warmup.t1 - warmup.t0 > 0.3
+    assert (warmup.t1, drain.t0) == (spans[0].t0, pytest.approx(spans[-1].t1))
+    assert [r["t0_s"] for r in requests] == [pytest.approx(s.t0 - warmup.t0, abs=1e-4) for s in spans]
+    assert all(sent >= 0.3 for sent, *_ in requests[0]["rows"])
     assert w["achieved_concurrency"] == pytest.approx(4, rel=0.1)
     assert w["requests_per_s"] > 0
     assert w["tpot_p50_ms"] == pytest.approx(2.0, abs=1.5)
