@@ -21,6 +21,7 @@ from engine_fixtures.errors import BaselineError
 from engine_fixtures.judge.blocks import block_effect
 from engine_fixtures.loadgen.latency import tpot_values
 from engine_fixtures.loadgen.stream import finished_in, progress_rate
+from engine_fixtures.loadgen.stream_driver import warmup_end
 from engine_fixtures.scenarios.live_runs import BLOCK_KEY, VISIT_KEY
 from engine_fixtures.scenarios.segment import stored_window
 from engine_fixtures.store.results import ResultsFile, RunResult
@@ -35,7 +36,6 @@ STATISTICS: Mapping[str, Callable[[np.ndarray], float]] = {
 STORED = ("gpu_util_mean",)  # linear: its block effect is a difference in points
 STORED_PREFIX = "cpu_s_per_request."
 MODES = ("as stored", "warm-up rule")
-_EPS = 1e-6  # a request completing exactly at a window's new start counts as warm-up (finished_in: lo <= end < hi)
 
 
 @dataclass(frozen=True)
@@ -49,10 +49,11 @@ class PairRow:
 
 def window_values(window: Mapping[str, Any], warmup_rule: bool) -> dict[str, float]:
     """One stored window recomputed: req/s (continuous) and every statistic of TTFT and TPOT (ms). With
-    ``warmup_rule`` the window starts once every request sent before its start has completed."""
+    ``warmup_rule`` the window starts once every request sent before its start has completed, by the stream's own
+    rule (``loadgen.stream_driver.warmup_end``)."""
     lo, hi, records = stored_window(window)
     if warmup_rule:
-        lo = max([lo, *(r.end_s + _EPS for r in records if r.sent_s < lo)])
+        lo = warmup_end(lo, max((r.end_s for r in records if r.sent_s < lo), default=-math.inf))
         if not lo < hi:
             raise ValueError(f"the warm-up's in-flight requests outlast the window [{window['t0_s']}, {hi}] s")
     done = finished_in(records, lo, hi)
