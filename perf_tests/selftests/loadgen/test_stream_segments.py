@@ -77,8 +77,8 @@ def test_fast_requests_end_the_warmup_at_its_nominal_length(stub: StubServer, st
     warmup_s = 0.3
     seg = stream.segment(chat(stub, "ttft_ms=5"), workload(4), warmup_s, 0.5)
     check_rule(seg, warmup_s)
-    # Only the requests in flight at start + warmup_s (5 ms each) hold it; 0.25 s is slack for a loaded box.
-    assert seg.start + warmup_s <= seg.measure_at < seg.start + warmup_s + 0.25
+    # Only the requests in flight at start + warmup_s (5 ms each) hold it; 0.5 s is slack for a loaded box.
+    assert seg.start + warmup_s <= seg.measure_at < seg.start + warmup_s + 0.5
     # No warm-up: the windows start at the clock's origin, exactly.
     seg = stream.segment(chat(stub, "ttft_ms=5"), workload(4), 0.0, 0.3)
     assert seg.measure_at == seg.start
@@ -86,11 +86,11 @@ def test_fast_requests_end_the_warmup_at_its_nominal_length(stub: StubServer, st
 
 
 def test_a_stalled_warmup_ends_in_an_error_that_says_so(stub: StubServer, stream: LoadStream) -> None:
-    """Every request hangs: the warm-up's end when its requests' own timeout ends them, then the segment fails."""
+    """Every request hangs: the warm-up ends when its requests' own timeout ends them, then the segment fails."""
     t0 = time.monotonic()
     with pytest.raises(LoadError, match=r"timeout.*the warm-up ended") as err:
         stream.segment(chat(stub, "ttft_ms=600000"), workload(2, request_timeout_s=1.0), 0.2, 0.5)
-    assert time.monotonic() - t0 < 60.0  # about 3 s: never a hang
+    assert time.monotonic() - t0 < 60.0  # about 2 s: never a hang
     assert {e.kind for e in err.value.errors} == {"timeout"}
     ended = re.search(r"the warm-up ended (\d+\.\d+) s in", str(err.value))
     assert ended is not None
