@@ -3,7 +3,9 @@
 ``history_decisions`` is ``decide.decide_history`` over arrays of trials (the test suite checks it against the
 scalar gate case by case, so the two cannot drift); ``false_alarm_rate`` and ``whole_run_red_rate`` are what
 issue 19 asks to be shown, and ``python -m engine_fixtures.judge.simulate`` prints the tables in
-docs/results/judging-simulations.md.
+docs/results/judging-simulations.md. ``contrast_outcomes`` judges seeded contrasts with ``decide.decide_contrast``
+itself (a few hundred trials, so no vectorised copy of the rule): how often a candidate truly beyond its bound
+passes (issue 34); ``--only contrast`` prints just that table.
 """
 
 from __future__ import annotations
@@ -15,13 +17,16 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from engine_fixtures.judge.decide import ALPHA, BETA, gate_alpha
+from engine_fixtures.judge.decide import ALPHA, BETA, decide_contrast, gate_alpha
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.noise import prediction_terms
+from engine_fixtures.judge.paired import GROUP_CEILING_FACTOR
 from engine_fixtures.judge.sequential import Budget
 
 STATUS = ("pass", "regression", "improvement", "inconclusive")
 WIDEST = metric("tpot_p50_ms").max_size  # the declared widest promise of a p50 latency (judged scale)
+RATE = metric("requests_per_s")  # the contrasts' metric: higher is better, log scale, floor 3 %, ab_detect 10 %
+CONTRAST_CASES = ((0.9, 0.85), (0.9, 0.88), (0.9, 0.90), (0.9, 0.97), (1.0, 0.97), (1.0, 1.0))  # (bound, true ratio)
 
 
 def _q(p: float, df: np.ndarray) -> np.ndarray:
@@ -115,11 +120,46 @@ def promise_quantiles(rng: np.random.Generator, trials: int, k: int, n: int, bet
             float(np.mean(promise > (WIDEST if limit is None else limit))))
 
 
+def contrast_outcomes(rng: np.random.Generator, trials: int, blocks: int, sd: float, ratio: float, bound: float,
+                      ceiling: float, alpha: float = ALPHA) -> dict[str, int]:
+    """How ``trials`` contrasts "candidate >= ``bound`` x reference" in requests/s end, each judged by
+    ``decide_contrast`` from ``blocks`` per-block effects drawn N(log ``ratio``, ``sd``): the candidate is truly
+    ``ratio`` x the reference. ``ceiling`` (judged scale) is the widest resolution a pass may have."""
+    counts = dict.fromkeys(STATUS, 0)
+    for effects in rng.normal(math.log(ratio), sd, (trials, blocks)):
+        d = decide_contrast(effects, RATE.sign, max(0.0, -math.log(bound)), RATE.scale_floor, ceiling, blocks,
+                            alpha=alpha)
+        counts[d.status] += 1
+    return counts
+
+
+def contrast_table(seed: int, trials: int, blocks: int = 10, sd: float = 0.06) -> list[str]:
+    """The contrast table's lines: each case of ``CONTRAST_CASES`` at a live contrast's ceiling (the metric's
+    ``ab_detect``) and a group's (``GROUP_CEILING_FACTOR`` times it), ``trials`` seeded trials per row; both
+    ceilings judge the same draws of a case."""
+    lines = [f"contrasts \"candidate >= bound x reference\" in requests/s (floor {RATE.floor:.0%}, alpha {ALPHA}), "
+             f"per-block sd {sd:.0%}, {blocks} blocks, {trials} trials per row (decide_contrast itself)\n",
+             "| ceiling | bound | true ratio | pass | regression | inconclusive |", "|---|---|---|---|---|---|"]
+    ceilings = (("live", RATE.ab_size()), ("group", GROUP_CEILING_FACTOR * RATE.ab_size()))
+    for name, ceiling in ceilings:
+        for i, (bound, ratio) in enumerate(CONTRAST_CASES):  # both ceilings judge the same draws of a case
+            n = contrast_outcomes(np.random.default_rng([seed, i]), trials, blocks, sd, ratio, bound, ceiling)
+            lines.append(f"| {name} {math.expm1(ceiling):.1%} | {bound:g}x | {ratio:g}x | {n['pass']} | "
+                         f"{n['regression']} | {n['inconclusive']} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", type=int, default=200_000)
     p.add_argument("--seed", type=int, default=19)
+    p.add_argument("--contrast-trials", type=int, default=200)
+    p.add_argument("--only", choices=("history", "contrast"), help="print one part (default: both)")
     args = p.parse_args(argv)
+    if args.only != "history":
+        print("\n".join(contrast_table(args.seed, args.contrast_trials)) + "\n")
+    if args.only == "contrast":
+        return 0
     rng = np.random.default_rng(args.seed)
     budget = Budget(5, 5, 15)
     a = budget.alpha_per_look()
