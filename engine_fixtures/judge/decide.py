@@ -21,9 +21,12 @@ bring se_run down, and what it keeps at the budget: then it is not a pass.
 Family (``gate_alpha``): a scenario's gating metrics share ``FAMILY_ALPHA`` (Bonferroni over metrics and sides)
 so that a whole clean run goes red at most 1 time in 20.
 
-Contrast (two arms of one live engine in mirrored blocks, ``decide_contrast``): the history gate's rule with the
-run's own blocks as the noise and a margin the candidate may lose by (``bound``); always decided once the blocks
-resolve the metric's contrast ceiling.
+Contrast (two arms of one live engine in mirrored blocks, ``decide_contrast``): the run's own blocks are the
+noise and the candidate may lose by a margin (``bound``). A pass promises two things: the point estimate is within
+the bound (``effect <= max(margin, floor)``), and the run excludes a worsening beyond the bound, either by
+resolution (it catches ``D - margin`` within the metric's contrast ceiling) or because the candidate is better
+than the reference beyond the noise. A point estimate beyond the bound that the run cannot flag yet is
+inconclusive: more blocks flag it or bring it back within the bound, or it stays so at the budget.
 
 Groups of separate engines (the A/B of two builds, transports; ``decide_contrast`` with ``null``): the instance
 group is the unit, since two starts of one build differ (TPOT 3 %, TTFT 5 % on the 4B shape). With this host's
@@ -41,7 +44,7 @@ of the ratio lies below the bound, pass when it lies above, inconclusive while i
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -194,6 +197,10 @@ class NullSample:
         return cls(float((e ** 2).sum()), int(e.size), source)
 
 
+def _judged(effect: float) -> str:
+    return f"{effect:.3g} (judged scale)"
+
+
 def _pooled_units(r: np.ndarray, null: NullSample) -> tuple[float, float, float, int, int] | float:
     """``_units`` with the variance pooled with ``null``'s (one unit of this run is enough)."""
     if r.size < 1 or null.units + r.size - 1 < MIN_BLOCKS - 1:
@@ -204,22 +211,29 @@ def _pooled_units(r: np.ndarray, null: NullSample) -> tuple[float, float, float,
 
 
 def decide_contrast(block_effects: Sequence[float], sign: float, margin: float, floor: float, ceiling: float,
-                    budget: int, alpha: float = ALPHA, beta: float = BETA, null: NullSample | None = None) -> Decision:
+                    budget: int, alpha: float = ALPHA, beta: float = BETA, null: NullSample | None = None,
+                    show: Callable[[float], str] = _judged) -> Decision:
     """Two arms of one live engine: per-block ``mean log(candidate) - mean log(reference)`` (judged scale), the
     candidate allowed to be worse by ``margin`` (judged scale: ``-log(bound)`` for "candidate >= bound x reference",
-    0 for "no worse"). The same rule as the history gate, with the run's own blocks as the noise::
+    0 for "no worse"). The run's own blocks are the noise::
 
+        allowed = max(margin, floor)                the bound (for "no worse": the floor, never flagged below it)
         T = max(floor, margin + t(1-alpha) se)      flagged beyond this (the candidate worse than the margin allows)
-        D = T + t(1-beta) se                        the promise: a candidate worse by D is caught with >= 1-beta
+        D = T + t(1-beta) se                        a candidate worse by D is caught with >= 1-beta (``detectable``)
         regression    if effect > T
-        pass          if effect < -t(1-alpha) se                 (the candidate is better beyond the noise)
-                      or D - margin <= ceiling                   (else: the run could catch a worsening of D)
-        inconclusive  otherwise: too few blocks, or an interval too wide to promise within ``ceiling``
+        pass          if effect <= allowed                       (the point estimate is within the bound)
+                      and (D - margin <= ceiling                 (the run catches a worsening of D - margin
+                                                                  beyond the bound: ``catches``)
+                           or effect < -t(1-alpha) se)           (or the candidate is better beyond the noise,
+                                                                  which excludes any worsening beyond the bound)
+        inconclusive  otherwise: too few blocks, a point estimate beyond the bound that the run cannot flag yet,
+                      or an interval too wide to promise within ``ceiling``
 
     No between-engine term enters: both arms ran on the same engine instance, interleaved in mirrored blocks, so
     the instance's offset cancels. For members on separate engines the effects are per instance group and ``null``
     (this host's A/A history) pools the variance (module docstring). ``budget`` (the most units the runner
-    measures) only enters the message."""
+    measures) only enters the message; ``show`` writes an effect (judged scale) as the reason says it, e.g. as the
+    candidate's ratio to the reference."""
     r = sign * np.asarray(block_effects, dtype=float)
     r = r[np.isfinite(r)]
     units = _units(r) if null is None else _pooled_units(r, null)
@@ -228,18 +242,27 @@ def decide_contrast(block_effects: Sequence[float], sign: float, margin: float, 
             f"with {null.units} null unit(s) from {null.source} the pooled variance needs >= {MIN_BLOCKS - 1} df"
         return Decision("inconclusive", units, math.nan, math.nan, math.nan, None, f"{r.size} unit(s); {need}")
     effect, sd, se, df, p = units
-    threshold = max(floor, margin + q(1 - alpha, df) * se)
-    detectable = threshold + q(1 - beta, df) * se
+    ta, tb = q(1 - alpha, df), q(1 - beta, df)
+    threshold = max(floor, margin + ta * se)
+    detectable = threshold + tb * se
+    allowed = max(margin, floor)
+    decision = Decision("pass", effect, se, df, threshold, detectable)
     if effect > threshold:
-        return Decision("regression", effect, se, df, threshold, detectable)
-    if effect < -q(1 - alpha, df) * se or detectable - margin <= ceiling:
-        return Decision("pass", effect, se, df, threshold, detectable)
-    per_block = (q(1 - alpha, df) + q(1 - beta, df)) * sd
+        return replace(decision, status="regression")
+    if effect > allowed:  # beyond the bound, not yet flagged: only more units can tell which
+        need = math.ceil((ta * sd / (effect - margin)) ** 2)
+        bound = f"the bound{' (the floor)' if floor > margin else ''} {show(allowed)}"
+        return replace(decision, status="inconclusive", reason=(
+            f"the point estimate {show(effect)} lies beyond {bound}, but the run cannot flag it yet (flagged beyond "
+            f"{show(threshold)}); about {max(need, p + 1)} units would if it holds (budget {budget})"))
+    if effect < -ta * se or detectable - margin <= ceiling:
+        return decision
+    per_block = (ta + tb) * sd
     need = math.ceil((per_block / ceiling) ** 2) if ceiling > 0 else p + 1
-    return Decision("inconclusive", effect, se, df, threshold, detectable,
-                    f"{p} units (se {se:.3g}) resolve {detectable - margin:.3g} beyond the margin, wider than the "
-                    f"{ceiling:.3g} a contrast may promise (judged scale); about {max(need, p + 1)} units would "
-                    f"(budget {budget})")
+    return replace(decision, status="inconclusive", reason=(
+        f"the point estimate {show(effect)} is within the bound, but {p} units (se {se:.3g}) resolve "
+        f"{detectable - margin:.3g} beyond it, wider than the {ceiling:.3g} a contrast may promise (judged scale); "
+        f"about {max(need, p + 1)} units would (budget {budget})"))
 
 
 MIN_INSTANCES = 2  # engine instances per arm before an unpaired invariant can judge anything

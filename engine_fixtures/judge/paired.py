@@ -4,7 +4,7 @@ engine (``judge_contrast``) and the invariants (``judge_invariant``)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -26,6 +26,14 @@ from engine_fixtures.judge.rows import Verdict, as_diagnostic, level, with_inter
 LOG_RATIO = "requests_per_s"  # any log-scale metric: an invariant is a ratio, whatever its metric's own scale
 GROUP_CEILING_FACTOR = 2.0  # a group of separate engines may promise twice a live contrast's ceiling (below)
 UNITS = ("blocks", "groups")
+
+
+def _shown(m: Metric) -> Callable[[float], str]:
+    """How a contrast's reason writes an effect (judged scale, > 0 worse): the candidate's ratio to the reference
+    in the metric's good direction (as the bound reads), or the change in the metric's unit."""
+    if m.scale.name == "log":
+        return lambda e: f"{math.exp(-e):.3f}x"
+    return lambda e: f"{e:.3g} {m.unit} worse"
 
 
 def judge_ab(m: Metric | str, reference: Sequence[float], candidate: Sequence[float],
@@ -58,7 +66,7 @@ def judge_ab(m: Metric | str, reference: Sequence[float], candidate: Sequence[fl
     ref, cur = level(m, reference), level(m, candidate)
     margin = max(0.0, -math.log(bound)) if m.scale.name == "log" else max(0.0, (1.0 - bound) * abs(ref))
     d = decide_contrast(unit_effects, m.sign, margin, m.floor_size(floor), ceiling, budget, alpha=a,
-                        null=null if units == "groups" else None)
+                        null=null if units == "groups" else None, show=_shown(m))
     if d.status == "pass" and bound == 1.0 and d.effect < -d.threshold:
         d = replace(d, status="improvement")
     raw = float(np.mean(unit_effects)) if len(unit_effects) else math.nan
@@ -111,7 +119,7 @@ def judge_contrast(label: str, m: Metric | str, reference: Sequence[float], cand
     # the loss the bound allows: log of it, or on a linear metric in the metric's unit at the reference's level
     margin = max(0.0, -math.log(bound)) if m.scale.name == "log" else max(0.0, (1.0 - bound) * abs(ref))
     d = decide_contrast(block_effects, m.sign, margin, m.floor_size(floor),
-                        m.ab_size() if ceiling is None else ceiling, budget, alpha=a)
+                        m.ab_size() if ceiling is None else ceiling, budget, alpha=a, show=_shown(m))
     raw = float(np.mean(block_effects)) if len(block_effects) else math.nan
     log = m.scale.name == "log"
     delta = math.expm1(raw) if log else raw

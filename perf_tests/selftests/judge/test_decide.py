@@ -149,6 +149,60 @@ def test_a_group_gate_without_history_uses_its_own_degrees_of_freedom() -> None:
     assert NullSample.of([0.1, float("nan"), -0.1], "h").units == 2
 
 
+def _exact(mean: float, sd: float, n: int, seed: int = 0) -> np.ndarray:
+    """``n`` unit effects whose mean and sample sd are exactly ``mean`` and ``sd``."""
+    z = np.random.default_rng(seed).normal(0.0, 1.0, n)
+    return mean + sd * (z - z.mean()) / z.std(ddof=1)
+
+
+BOUND_90 = -math.log(0.9)  # "candidate >= 0.9x reference": the margin on the judged scale
+
+
+@given(st.floats(min_value=1e-4, max_value=1.0), st.integers(min_value=3, max_value=200),
+       st.floats(min_value=0.01, max_value=2.0), st.integers(min_value=0, max_value=2**31))
+def test_a_point_estimate_beyond_the_bound_is_never_a_pass(sd: float, n: int, ceiling: float, seed: int) -> None:
+    """0.85x against a 0.9x bound (requests/s: larger is better, sign -1), however narrow or wide the interval and
+    however generous the ceiling: regression when the run can flag it, else inconclusive saying why. (Before issue
+    34 a run that resolved the ceiling passed it: 82 of 200 simulated at sd 6 % over 10 blocks.)"""
+    effects = _exact(math.log(0.85), sd, n, seed)
+    d = decide_contrast(effects, -1.0, BOUND_90, FLOOR, ceiling, 200)
+    assert d.status in ("regression", "inconclusive")
+    if d.status == "inconclusive":
+        assert "the point estimate" in d.reason
+        assert "beyond the bound" in d.reason
+        assert "cannot flag it yet" in d.reason
+    pooled = decide_contrast(_exact(math.log(0.85), sd, 3, seed), -1.0, BOUND_90, FLOOR, ceiling, 200,
+                             null=NullSample.of(list(_exact(0.0, sd, 8, seed + 1)), "h"))
+    assert pooled.status in ("regression", "inconclusive")
+
+
+def test_for_no_worse_the_floor_is_the_bound() -> None:
+    """Bound 1.0 (margin 0): a point estimate 3 % worse is within a 4 % floor and passes, beyond a 2 % floor it
+    is not a pass while the run cannot flag it (it would have passed before: D = 5.5 % resolves the 10 %
+    ceiling), and flagged beyond the floor once the interval is narrow."""
+    effects = _exact(0.03, 0.08, 30)
+    assert decide_contrast(effects, +1.0, 0.0, 0.04, 0.10, 60).status == "pass"
+    d = decide_contrast(effects, +1.0, 0.0, 0.02, 0.10, 60)
+    assert d.status == "inconclusive"
+    assert d.detectable <= 0.10  # resolved: only the point estimate stands in the way
+    assert "beyond the bound (the floor) 0.02 (judged scale)" in d.reason
+    assert decide_contrast(_exact(0.03, 0.01, 30), +1.0, 0.0, 0.02, 0.10, 60).status == "regression"
+    assert decide_contrast(_exact(0.015, 0.01, 30), +1.0, 0.0, 0.02, 0.10, 60).status == "pass"
+
+
+def test_a_clearly_better_candidate_passes_on_a_wide_interval() -> None:
+    """Better than the reference beyond the noise excludes any worsening beyond the bound, so neither the
+    ceiling (the interval resolves about 50 %, the ceiling is 10 %) nor the bound stands in the way."""
+    better = _exact(math.log(1.6), 0.2, 5)  # requests/s 1.6x the reference, sd 20 % per block
+    for margin in (0.0, BOUND_90):
+        d = decide_contrast(better, -1.0, margin, FLOOR, 0.10, 15)
+        assert d.status == "pass"
+        assert d.detectable - margin > 0.10
+    d = decide_contrast(_exact(0.0, 0.2, 5), -1.0, BOUND_90, FLOOR, 0.10, 15)
+    assert d.status == "inconclusive"  # level with the reference on the same wide interval: not resolved
+    assert "is within the bound, but 5 units" in d.reason
+
+
 def test_a_pool_too_wide_to_gate_says_so_and_how_many_runs_would_do() -> None:
     rng = np.random.default_rng(9)
     wide = NoiseModel.fit(runs(rng, 3, 5, 0.15, 0.05))
