@@ -12,6 +12,7 @@ import numpy as np
 from engine_fixtures.judge.blocks import effects_by_block
 from engine_fixtures.judge.decide import (
     ALPHA,
+    Decision,
     NullSample,
     decide_bound,
     decide_bound_unpaired,
@@ -28,6 +29,12 @@ GROUP_CEILING_FACTOR = 2.0  # a group of separate engines may promise twice a li
 UNITS = ("blocks", "groups")
 
 
+def _margin(m: Metric, bound: float, ref: float) -> float:
+    """The loss ``bound`` allows (judged scale): its log, or on a linear metric in the metric's unit at the
+    reference's level."""
+    return max(0.0, -math.log(bound)) if m.scale.name == "log" else max(0.0, (1.0 - bound) * abs(ref))
+
+
 def _shown(m: Metric) -> Callable[[float], str]:
     """How a contrast's reason writes an effect (judged scale, > 0 worse): the candidate's ratio to the reference
     in the metric's good direction (as the bound reads), or the change in the metric's unit."""
@@ -36,14 +43,26 @@ def _shown(m: Metric) -> Callable[[float], str]:
     return lambda e: f"{e:.3g} {m.unit} worse"
 
 
+def _catches(m: Metric, d: Decision, margin: float, bound: float) -> tuple[float | None, str]:
+    """What a decided contrast catches beyond its bound, ``D - margin`` as a change in the bad direction (the
+    margin the bound allows is not counted again), and how the message says it."""
+    if d.detectable is None:
+        return None, ""
+    size = worse_change(m, d.detectable - margin)
+    shown = f"{size:.1%}" if m.scale.name == "log" else f"{size:.3g} {m.unit}"
+    return size, (f"catches {shown} worse than the reference" if bound == 1.0 else
+                  f"catches {shown} beyond the {bound:g}x bound")
+
+
 def judge_ab(m: Metric | str, reference: Sequence[float], candidate: Sequence[float],
              unit_effects: Sequence[float], *, budget: int, alpha: float = ALPHA,
              floor: float | None = None, detect: float | None = None, family: int = 1,
              arm: Mapping[str, str] | None = None, units: str = "groups", null: NullSample | None = None,
              bound: float = 1.0, label: str = "") -> Verdict:
-    """Candidate vs reference for members on separate engines (the A/B of two builds, a transport group), judged by
-    the contrast rule (``decide_contrast``, margin 0): ``unit_effects`` holds one ``mean log(candidate) - mean
-    log(reference)`` per unit (linear: the difference). ``units`` says what a unit is:
+    """Candidate vs reference (``candidate >= bound x reference``; 1.0: no worse) for members on separate engines (the
+    A/B of two builds, a transport group), judged by the contrast rule (``decide_contrast``): ``unit_effects`` holds
+    one ``mean log(candidate) - mean log(reference)`` per unit (linear: the difference). ``units`` says what a unit
+    is:
 
     - ``"groups"``: one fresh instance group of engines (its blocks' mean effect, ``judge.blocks.unit_means``), so
       the offset between two starts of one build is inside the interval; ``null`` (this host's A/A history) pools
@@ -51,11 +70,13 @@ def judge_ab(m: Metric | str, reference: Sequence[float], candidate: Sequence[fl
     - ``"blocks"``: the blocks of one engine pair: the instance offset is NOT in the interval, and the message says
       so.
 
-    ``pass`` names what it excludes (``catches``: the change this run flags with probability >= 90 %) and needs it
-    within the ceiling: ``detect`` (``--perf-ab-detect``) or ``GROUP_CEILING_FACTOR`` times the metric's ``ab_detect``
-    (20 % for throughput, TTFT and TPOT: three fresh 4B pairs resolve 11-17 % with the between-instance variance
-    known, H200 2026-12-01). ``family`` gating metrics share ``alpha``; with ``arm`` given, a metric that does not
-    gate that arm is a report-only row."""
+    ``pass`` needs the point estimate within the bound (for 1.0: within the metric's floor) and a run that excludes
+    a worsening beyond it: ``catches`` (the row's ``detectable``), the change beyond the bound this run flags with
+    probability >= 90 %, within the ceiling, ``detect`` (``--perf-ab-detect``) or ``GROUP_CEILING_FACTOR`` times the
+    metric's ``ab_detect`` (20 % for throughput, TTFT and TPOT: three fresh 4B pairs resolve 11-17 % with the
+    between-instance variance known, H200 2026-12-01), or the candidate better beyond the noise (for 1.0 an
+    ``improvement``). ``family`` gating metrics share ``alpha``; with ``arm`` given, a metric that does not gate that
+    arm is a report-only row."""
     m = m if isinstance(m, Metric) else metric(m)
     if units not in UNITS:
         raise ValueError(f"units {units!r}: one of {', '.join(UNITS)}")
@@ -64,7 +85,7 @@ def judge_ab(m: Metric | str, reference: Sequence[float], candidate: Sequence[fl
     a = gate_alpha(alpha, family)
     ceiling = m.ab_size(detect) if detect is not None else GROUP_CEILING_FACTOR * m.ab_size()
     ref, cur = level(m, reference), level(m, candidate)
-    margin = max(0.0, -math.log(bound)) if m.scale.name == "log" else max(0.0, (1.0 - bound) * abs(ref))
+    margin = _margin(m, bound, ref)
     d = decide_contrast(unit_effects, m.sign, margin, m.floor_size(floor), ceiling, budget, alpha=a,
                         null=null if units == "groups" else None, show=_shown(m))
     if d.status == "pass" and bound == 1.0 and d.effect < -d.threshold:
@@ -88,14 +109,10 @@ def judge_ab(m: Metric | str, reference: Sequence[float], candidate: Sequence[fl
     else:
         how = (f"over {n} fresh engine group(s), t with {max(n - 1, 0)} df (no A/A history on this host: an A/B "
                "with --perf-candidate equal to --perf-reference records one)")
-    if d.status == "inconclusive":
-        msg = f"{head} {how}: inconclusive: {d.reason}"
-    else:
-        caught = f"{worse_change(m, d.detectable):.1%}" if log else f"{d.detectable:.3g} {m.unit}"
-        msg = f"{head} {how}: {d.status} (catches {caught} worse)"
+    catches, said = _catches(m, d, margin, bound)
+    msg = f"{head} {how}: " + (f"inconclusive: {d.reason}" if d.status == "inconclusive" else f"{d.status} ({said})")
     v = with_interval(Verdict(m.name, d.status, "group" if units == "groups" else "paired", ref, cur, delta,
-                              worse_change(m, d.detectable) if d.detectable is not None else None, None, n, msg,
-                              m.scale.name), m, d, a)
+                              catches, None, n, msg, m.scale.name), m, d, a)
     gate = gates(m.name, arm) if arm is not None else m.gates
     return v if gate or not v.is_verdict else as_diagnostic(v, "not a gate of this scenario")
 
@@ -105,10 +122,11 @@ def judge_contrast(label: str, m: Metric | str, reference: Sequence[float], cand
                    floor: float | None = None, family: int = 1, ceiling: float | None = None) -> Verdict:
     """``candidate >= bound x reference`` in ``m``'s good direction, for two arms of one live engine measured in the
     same mirrored blocks (``block_effects``: one ``mean log(cand) - mean log(ref)`` per block, from
-    ``judge.blocks``). ``pass`` names what it excludes: ``catches`` is the change against the reference (the margin
-    the bound allows plus what the blocks resolve) that this run would have flagged with probability >= 90 %.
-    ``ceiling`` (judged scale; default the metric's ``ab_detect``) is the widest resolution a pass may have;
-    ``family`` metrics of one contrast share ``alpha``."""
+    ``judge.blocks``). ``pass`` means the point estimate is within the bound (for 1.0: within the metric's floor)
+    and the run excludes a worsening beyond it: ``catches`` (the row's ``detectable``) is the change beyond the bound
+    that this run would have flagged with probability >= 90 %, and must be within ``ceiling`` (judged scale; default
+    the metric's ``ab_detect``) unless the candidate is better than the reference beyond the noise. ``family``
+    metrics of one contrast share ``alpha``."""
     m = m if isinstance(m, Metric) else metric(m)
     if m.direction == "none":
         raise ValueError(f"{m.name} has no direction; a contrast needs a higher/lower metric")
@@ -116,8 +134,7 @@ def judge_contrast(label: str, m: Metric | str, reference: Sequence[float], cand
         raise ValueError(f"contrast {label}: bound must be > 0, got {bound}")
     a = gate_alpha(alpha, family)
     ref, cur = level(m, reference), level(m, candidate)
-    # the loss the bound allows: log of it, or on a linear metric in the metric's unit at the reference's level
-    margin = max(0.0, -math.log(bound)) if m.scale.name == "log" else max(0.0, (1.0 - bound) * abs(ref))
+    margin = _margin(m, bound, ref)
     d = decide_contrast(block_effects, m.sign, margin, m.floor_size(floor),
                         m.ab_size() if ceiling is None else ceiling, budget, alpha=a, show=_shown(m))
     raw = float(np.mean(block_effects)) if len(block_effects) else math.nan
@@ -130,14 +147,10 @@ def judge_contrast(label: str, m: Metric | str, reference: Sequence[float], cand
         head += (f", paired ratio {math.exp(raw):.3f}x (95% CI {math.exp(raw - half):.3f}-{math.exp(raw + half):.3f}x)"
                  if log else f", paired difference {raw:+.3g} (95% CI {raw - half:+.3g}..{raw + half:+.3g}) {m.unit}")
     head += f" over {len(block_effects)} mirrored blocks on one engine; candidate {rule}"
-    if d.status == "inconclusive":
-        msg = f"{head}: inconclusive: {d.reason}"
-    else:
-        caught = f"{worse_change(m, d.detectable):.1%}" if log else f"{d.detectable:.3g} {m.unit}"
-        msg = f"{head}: {'holds' if d.status == 'pass' else 'violated'} (catches {caught} worse than the reference)"
-    v = Verdict(m.name, d.status, "paired", ref, cur, delta,
-                worse_change(m, d.detectable) if d.detectable is not None else None, None, len(block_effects), msg,
-                m.scale.name)
+    catches, said = _catches(m, d, margin, bound)
+    msg = f"{head}: " + (f"inconclusive: {d.reason}" if d.status == "inconclusive" else
+                         f"{'holds' if d.status == 'pass' else 'violated'} ({said})")
+    v = Verdict(m.name, d.status, "paired", ref, cur, delta, catches, None, len(block_effects), msg, m.scale.name)
     return with_interval(v, m, d, a)
 
 

@@ -2,9 +2,11 @@
 
 ``delta`` is the change of the current level against the baseline's (relative for log-scale metrics, absolute
 for linear ones, signed in the raw direction). ``detectable`` is the change in the bad direction that the gate
-promises to catch with probability >= 1 - beta (``catches``). ``worse``/``worse_lo``/``worse_hi`` are the
-measured change in the bad direction and its interval at the gate's own alpha, and ``flags`` the change beyond
-which it is flagged: what the report's forest plot draws.
+promises to catch with probability >= 1 - beta (``catches``); for a contrast with a bound, the change beyond the
+bound (the margin the bound allows is not counted twice). ``worse``/``worse_lo``/``worse_hi`` are the measured
+change in the bad direction and its interval at the gate's own alpha, ``flags`` the change beyond which it is
+flagged and ``excludes`` the change a pass excludes, all against the baseline or reference: what the report's
+forest plot draws.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class Verdict:
     worse_hi: float | None = None
     flags: float | None = None
     gating: bool = True
+    excludes: float | None = None
 
     @property
     def is_verdict(self) -> bool:
@@ -75,8 +78,9 @@ def delta_of(m: Metric, base: float, cur: float) -> float:
 
 
 def with_interval(v: Verdict, m: Metric, d: Decision, alpha: float) -> Verdict:
-    """``v`` with the effect, its two-sided interval at ``alpha`` per side, and the flag threshold, all as changes
-    in the bad direction (what the forest plot draws)."""
+    """``v`` with the effect, its two-sided interval at ``alpha`` per side, the flag threshold and the size a pass
+    excludes (``d.detectable``), all as changes in the bad direction against the baseline or reference (what the
+    forest plot draws)."""
     if not math.isfinite(d.effect):
         return v
     half = q(1 - alpha, d.df) * d.se if math.isfinite(d.se) and math.isfinite(d.df) else math.nan
@@ -84,7 +88,8 @@ def with_interval(v: Verdict, m: Metric, d: Decision, alpha: float) -> Verdict:
     return replace(v, worse=worse_change(m, d.effect),
                    worse_lo=None if lo is None else worse_change(m, lo),
                    worse_hi=None if hi is None else worse_change(m, hi),
-                   flags=worse_change(m, d.threshold) if math.isfinite(d.threshold) else None)
+                   flags=worse_change(m, d.threshold) if math.isfinite(d.threshold) else None,
+                   excludes=worse_change(m, d.detectable) if d.detectable is not None else None)
 
 
 def message(m: Metric, d: Decision, base: float, cur: float, delta: float, runs: int | None) -> str:

@@ -50,10 +50,12 @@ def forest(scenario: str, verdicts: Sequence[Verdict]) -> Figure | None:
         flags = _relative(v, v.flags)
         if flags is not None:
             ax.plot([100 * flags, -100 * flags], [y, y], "|", color="black", ms=14, mew=1.5)
-        promise = _relative(v, v.detectable)
+        promise = _relative(v, v.excludes)
         if promise is not None:
             ax.plot([100 * promise], [y], "D", mfc="none", mec="tab:blue", ms=8, mew=1.5)
-        text = f"{v.status} {v.change_text(v.delta)}" + (f", catches {100 * promise:.0f}%" if promise else "")
+        catches = _relative(v, v.detectable)
+        beyond = " beyond the bound" if v.excludes != v.detectable else ""  # a contrast whose bound allows a loss
+        text = f"{v.status} {v.change_text(v.delta)}" + (f", catches {100 * catches:.0f}%{beyond}" if catches else "")
         ax.annotate(text, (1.01, y), xycoords=("axes fraction", "data"), va="center", fontsize=7, color=colour)
     ax.axvline(0, color="grey", lw=0.8)
     ax.set_yticks(range(len(rows)), [v.metric for v in rows], fontsize=7)

@@ -2,8 +2,8 @@
 
 Rows are ordered by verdict severity (``verdicts.STATUSES``: regressions first), then scenario, metric.
 Columns: the value measured now, the baseline's (or reference's) level, the change, ``catches``: the change in
-the bad direction this gate promises to catch with >= 90 % probability from the noise it measured, the
-runs pooled (or windows/blocks), and the verdict.
+the bad direction this gate promises to catch with >= 90 % probability from the noise it measured (for a
+contrast with a bound, beyond the bound), the runs pooled (or windows/blocks), and the verdict.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ from engine_fixtures.errors import ConfigError
 from engine_fixtures.judge.blocks import block_effect, effects_by_block, mirrored, plan, visits
 from engine_fixtures.judge.decide import decide_contrast
 from engine_fixtures.judge.metrics import metric
-from engine_fixtures.judge.paired import GROUP_CEILING_FACTOR, judge_contrast
+from engine_fixtures.judge.paired import GROUP_CEILING_FACTOR, judge_ab, judge_contrast
+from engine_fixtures.judge.rows import worse_change
 from engine_fixtures.judge.simulate import contrast_outcomes
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.live import Arm, Contrast, LiveGroup
@@ -84,6 +85,33 @@ def test_judge_contrast_row_says_the_bound_the_ratio_and_what_it_catches() -> No
     assert same.detectable is not None
     assert 0 < same.detectable < 0.10
     assert "catches" in same.message
+
+
+def test_catches_is_reported_beyond_the_bound_so_the_margin_is_not_counted_twice() -> None:
+    """A 0.95x candidate against 0.9x: ``catches`` is D - margin, the change beyond 0.9x it would flag; the forest
+    plot's diamond stays where a pass excludes, D against the reference. For 1.0 both are D."""
+    rps = metric("requests_per_s")
+    effects = [math.log(0.95) + e for e in (0.01, -0.01, 0.0, 0.005, -0.005, 0.0)]
+    d = decide_contrast(effects, rps.sign, -math.log(0.9), rps.scale_floor, rps.ab_size(), 15)
+    v = judge_contrast("stock vs buffer", rps, [20.0] * 6, [19.0] * 6, effects, bound=0.9, budget=15)
+    assert v.status == d.status == "pass"
+    assert v.detectable == pytest.approx(worse_change(rps, d.detectable + math.log(0.9)))
+    assert v.detectable == pytest.approx(1 - math.exp(-d.detectable) / 0.9)  # what 0.9x less this share is caught
+    assert v.message.endswith(f"holds (catches {v.detectable:.1%} beyond the 0.9x bound)")
+    assert v.excludes == pytest.approx(worse_change(rps, d.detectable))
+    assert v.flags == pytest.approx(worse_change(rps, d.threshold))
+    assert v.excludes > 0.10 > v.detectable  # the old column (D against the reference) counted the 10 % again
+    same = judge_contrast("buffer vs torch", rps, [20.0] * 6, [20.0] * 6, [e - math.log(0.95) for e in effects],
+                          budget=15)
+    assert same.detectable == pytest.approx(same.excludes)
+    assert same.message.endswith(f"holds (catches {same.detectable:.1%} worse than the reference)")
+    tpot = metric("tpot_gmean_ms")  # lower is better: the bound's loss is a rise, 1/0.8 = +25 %
+    quiet = [0.001 * e for e in (1, -1, 2, -2, 1, -1)]
+    ab = judge_ab(tpot, [4.0] * 6, [4.0] * 6, quiet, budget=6, bound=0.8)
+    dd = decide_contrast(quiet, tpot.sign, -math.log(0.8), tpot.scale_floor, GROUP_CEILING_FACTOR * tpot.ab_size(), 6)
+    assert ab.status == dd.status == "pass"
+    assert ab.detectable == pytest.approx(math.exp(dd.detectable) * 0.8 - 1)
+    assert ab.message.endswith(f"pass (catches {ab.detectable:.1%} beyond the 0.8x bound)")
 
 
 def test_a_point_estimate_beyond_the_bound_reads_as_a_ratio_and_says_what_would_decide() -> None:

@@ -42,6 +42,7 @@ def test_the_report_leads_with_each_scenarios_promise_and_the_ab_blocks() -> Non
     ax = fig.axes[0]
     drawn = sorted(x for line in ax.lines for x in line.get_xdata())
     assert 100 * v.detectable in drawn  # the promise
+    assert v.excludes == v.detectable  # a history row has no bound: what it catches is what a pass excludes
     assert 100 * v.flags in drawn  # the threshold
     assert [t.get_text() for t in ax.get_yticklabels()] == ["requests_per_s"]
     assert forest(r.scenario, []) is None
@@ -52,3 +53,20 @@ def test_the_report_leads_with_each_scenarios_promise_and_the_ab_blocks() -> Non
     (line, *_) = ab_ratios(cand, ref).axes[0].lines
     assert list(line.get_ydata()) == pytest.approx([1.1, 1.0])  # block 1: 33/30, block 2: 31/31
     assert "A/B per block" in render_html(ResultsFile((cand, ref), "m"), [])
+
+
+def test_a_bounded_contrasts_diamond_is_what_a_pass_excludes_and_its_text_what_it_catches() -> None:
+    """The forest's axis is the change against the reference: the diamond sits at D (``excludes``), the text says
+    the row's ``catches`` (beyond the 0.9x bound), as the table does."""
+    import math
+
+    from engine_fixtures.judge.paired import judge_contrast
+    from engine_fixtures.report.forest import forest
+
+    effects = [math.log(0.95) + e for e in (0.01, -0.01, 0.0, 0.005, -0.005, 0.0)]
+    v = judge_contrast("stock vs buffer", "requests_per_s", [20.0] * 6, [19.0] * 6, effects, bound=0.9, budget=15)
+    ax = forest("live/g: stock vs buffer", [v]).axes[0]
+    drawn = [x for line in ax.lines for x in line.get_xdata()]
+    assert 100 * v.excludes in drawn
+    assert 100 * v.detectable not in drawn
+    assert [t.get_text() for t in ax.texts] == [f"pass -5.0%, catches {100 * v.detectable:.0f}% beyond the bound"]
