@@ -16,7 +16,8 @@ History (one run against a pooled baseline, ``decide_history``)::
 ``se_ref`` is the prediction error of a run measured like the baseline's runs, ``se_run`` that of this run.
 When this run is no noisier than the baseline's (se_run <= se_ref) every outcome is decided: |effect| <= T_run
 implies the pass condition. Inconclusive is what a run noisier than its baseline gets until more windows
-bring se_run down, and what it keeps at the budget: then it is not a pass.
+bring se_run down, and what it keeps at the budget: then it is not a pass. A pass's point estimate is within
+T_run, not necessarily within the floor: se_run keeps the between-run term however many windows are measured.
 
 Family (``gate_alpha``): a scenario's gating metrics share ``FAMILY_ALPHA`` (Bonferroni over metrics and sides)
 so that a whole clean run goes red at most 1 time in 20.
