@@ -20,6 +20,7 @@ from engine_fixtures.judge.decide import (
     decide_contrast,
     decide_history,
     promised_size,
+    q,
     runs_to_promise,
 )
 from engine_fixtures.judge.noise import LINEAR, LOG, NoiseModel
@@ -201,6 +202,25 @@ def test_a_clearly_better_candidate_passes_on_a_wide_interval() -> None:
     d = decide_contrast(_exact(0.0, 0.2, 5), -1.0, BOUND_90, FLOOR, 0.10, 15)
     assert d.status == "inconclusive"  # level with the reference on the same wide interval: not resolved
     assert "is within the bound, but 5 units" in d.reason
+
+
+@given(st.integers(min_value=3, max_value=8), st.floats(min_value=0.0, max_value=0.1),
+       st.floats(min_value=0.005, max_value=0.1), st.floats(min_value=-0.3, max_value=0.3),
+       st.integers(min_value=2, max_value=12), st.integers(min_value=0, max_value=2**31))
+def test_a_pool_pass_has_its_point_estimate_within_the_pools_flag_threshold(
+        k: int, between: float, within: float, shift: float, n: int, seed: int) -> None:
+    """Issue 34: a pool verdict passes only with its point estimate on the right side of the bound the pool enforces
+    (its flag threshold, max(floor, t se) of a run like the pool's) and a worsening of ``catches`` excluded: the pass
+    rule |effect| + t(1-beta) se_run <= D implies both, whatever the run's noise. (The floor as the bound was
+    simulated and rejected: 50-98 % of whole clean runs would go red; docs/results/judging-simulations.md.)"""
+    rng = np.random.default_rng(seed)
+    model = NoiseModel.fit(runs(rng, k, 5, between, within))
+    cur = rng.normal(shift, within + 1e-9, n)
+    d = decide_history(model, cur, +1, FLOOR)
+    if d.status == "pass":
+        se_ref, df_ref = model.prediction(model.typical_windows)
+        assert d.effect <= max(FLOOR, q(0.99, df_ref) * se_ref) + 1e-12
+        assert d.detectable is not None and d.effect + q(0.90, d.df) * d.se <= d.detectable + 1e-12
 
 
 def test_a_pool_too_wide_to_gate_says_so_and_how_many_runs_would_do() -> None:
