@@ -9,7 +9,9 @@ the same again while any metric's verdict (``judge(result, alpha)``) is inconclu
 ``engine_result(engine, scenario, windows, settings, ...)``: what every GPU runner records (live arms, groups of
 engines, per-arm launches). The A/B of two builds is a group of engines (``scenarios.groups``). Every result's
 metadata carries the arm's ``timeline`` (``scenarios.timeline``), the window length, the mean
-completed requests per window, and ``window_instance``: the engine instance that served each window.
+completed requests per window, ``window_instance``: the engine instance that served each window, and
+``sample_windows``: for each metric not in every window (the per-segment values, ``scenarios.segment``), the windows
+its samples came from (``RunResult.windows_of``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.options import Settings
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.timeline import Timeline
-from engine_fixtures.store.results import RunResult
+from engine_fixtures.store.results import SAMPLE_WINDOWS_KEY, RunResult
 
 Judge = Callable[[RunResult, float], Sequence[Verdict]]
 Windows = Callable[..., list[dict[str, float]]]  # (engine, scenario, n, timeline[, requests])
@@ -43,13 +45,14 @@ def engine_result(engine: EngineHandle, scenario: EngineScenario, windows: list[
     storage key and axes when they are not the engine spec's (an arm switched live on it)."""
     names = sorted({k for w in windows for k in w})
     samples = {n: tuple(w[n] for w in windows if n in w) for n in names}
+    sparse = {n: [i for i, w in enumerate(windows) if n in w] for n in names if len(samples[n]) < len(windows)}
     done = [w["requests_per_s_counted"] * settings.window_s for w in windows if "requests_per_s_counted" in w]
     instances = list(instances) if instances is not None else [engine.instance] * len(windows)
     meta = {"sglang_version": engine.version, "engine_key": engine.spec.key, "ready_s": engine.ready_s,
             "build": engine.spec.build.label, "log": str(engine.log_path), "scenario_id": scenario.id,
             "window_s": settings.window_s, "warmup_s": settings.warmup_s,
             "window_requests": round(float(np.mean(done)), 1) if done else 0.0,
-            "window_instance": instances, "engine_instances": sorted(set(instances)),
+            "window_instance": instances, "engine_instances": sorted(set(instances)), SAMPLE_WINDOWS_KEY: sparse,
             "cpus": list(engine.spec.cpus) if engine.spec.cpus else None, **(extra or {})}
     if timeline is not None:
         meta["timeline"] = timeline.to_json()

@@ -144,8 +144,8 @@ class PerfRecorder:
             alphas = [alpha_of(x) for x in (reference, current) if isinstance(x, RunResult)]
             alpha = min(alphas) if alphas else ALPHA
         verdict = judge_invariant(label, metric_name, ref, cur, bound, paired=paired, alpha=alpha,
-                                  reference_instances=None if paired else _instances(reference, ref),
-                                  current_instances=None if paired else _instances(current, cur))
+                                  reference_instances=None if paired else _instances(reference, metric_name),
+                                  current_instances=None if paired else _instances(current, metric_name))
         scenario = current.scenario if isinstance(current, RunResult) else self.item.nodeid
         arms = tuple(dict.fromkeys(x.scenario for x in (current, reference) if isinstance(x, RunResult)))
         self.session.record_invariant(self.item.nodeid, scenario, verdict, arms, expects_violation(self.item))
@@ -175,15 +175,14 @@ def _samples(x: RunResult | Sequence[float], name: str) -> Sequence[float]:
 INSTANCE_KEY = "window_instance"  # RunResult.metadata: the engine instance (an id) that served each window
 
 
-def _instances(x: RunResult | Sequence[float], values: Sequence[float]) -> Sequence[str] | None:
-    """The engine instance of each window (``metadata["window_instance"]``); None (one instance) for results
-    recorded before the runner named them, or when the ids do not line up with the samples."""
+def _instances(x: RunResult | Sequence[float], name: str) -> Sequence[str] | None:
+    """The engine instance of each sample of ``name`` (``metadata["window_instance"]`` at the sample's window,
+    ``RunResult.aligned``); None (one instance) for results recorded before the runner named them, or when the ids
+    do not line up with the samples."""
     if not isinstance(x, RunResult):
         return None
-    ids = x.metadata.get(INSTANCE_KEY)
-    if not isinstance(ids, (list, tuple)) or len(ids) != len(values):
-        return None
-    return [str(i) for i in ids]
+    ids = x.aligned(INSTANCE_KEY, name)
+    return None if ids is None else [str(i) for i in ids]
 
 
 def _inconclusive(strict: bool, text: str) -> None:
@@ -265,17 +264,20 @@ class InvariantJudge:
         return self.recorder.invariant(inv.label, inv.metric, ref, cur, inv.bound, paired=inv.paired)
 
     def counter(self, bound: Any) -> Verdict:
-        """A ``CounterBound``: every window of the arm at or below the limit (exact counts, no statistics)."""
+        """A ``CounterBound``: every value of the arm's metric at or below the limit, or its peak at or above it
+        (exact counts, no statistics). A per-segment metric has one value per segment, on its first window."""
         __tracebackhide__ = True
         result = self.results.get(bound.arm)
         values = _samples(result, bound.metric)
         if bound.kind == "at_least":
             seen, holds, rule = max(values), max(values) >= bound.limit, "peak"
         else:
-            seen, holds, rule = max(values), max(values) <= bound.limit, "worst window"
+            seen, holds, rule = max(values), max(values) <= bound.limit, "worst value"
         status = "pass" if holds else "regression"
+        total = len(result.metadata.get(INSTANCE_KEY) or values)
+        over = f"{len(values)} windows" if len(values) == total else f"{len(values)} values from {total} windows"
         verdict = Verdict(f"{bound.metric} {bound.label}", status, "bound", bound.limit, seen, None, None, None,
-                          len(values), f"{bound.metric} of {bound.arm}: {rule} {seen:.3g} over {len(values)} windows "
+                          len(values), f"{bound.metric} of {bound.arm}: {rule} {seen:.3g} over {over} "
                           f"({bound.kind.replace('_', ' ')} {bound.limit:g}): "
                           f"{'holds' if holds else 'invariant violated'}", "linear")
         self.recorder.session.record_invariant(self.recorder.item.nodeid, result.scenario, verdict,

@@ -4,6 +4,10 @@ Contract:
 - ``RunResult.samples[metric]`` holds one finite float per *measured* repeat; ``warmup`` has the
   same shape and is kept apart (never judged). Every metric name must resolve through
   ``judge.metrics.metric`` so a typo fails at construction, not silently at judging time.
+- A metric measured in only some of the windows (a per-segment value, on the segment's first window; a role that
+  idled) names its windows in ``metadata["sample_windows"][metric]`` (their indices, in order; checked against the
+  samples at construction); ``windows_of(metric)`` reads it, every window in order where it says nothing, and
+  ``aligned(key, metric)`` picks a per-window metadata list (``window_instance``, ``window_block``) for the samples.
 - An empty sample tuple is rejected: "zero completed requests" must be a ``MeasurementError``
   raised by the producer, never a result.
 - JSON: ``to_json()``/``from_json()`` are exact inverses; ``ResultsFile`` carries ``format_version``
@@ -32,6 +36,7 @@ RESULTS_FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 
 Samples = Mapping[str, tuple[float, ...]]
+SAMPLE_WINDOWS_KEY = "sample_windows"  # metadata: metric -> the window index of each sample, where not every window
 
 # An indented list of numbers that starts its own line, i.e. an element of a list (a dict's list follows its key
 # on the key's line). JSON strings hold no raw newline, so the match never reaches into one.
@@ -83,6 +88,26 @@ class RunResult:
         object.__setattr__(self, "samples", samples)
         object.__setattr__(self, "warmup", warmup)
         object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
+        for name, where in dict(self.metadata.get(SAMPLE_WINDOWS_KEY) or {}).items():
+            if name in self.samples and len(where) != len(self.samples[name]):
+                raise ValueError(f"{self.scenario}: metadata[{SAMPLE_WINDOWS_KEY!r}][{name!r}] names {len(where)} "
+                                 f"windows for {len(self.samples[name])} samples")
+
+    def windows_of(self, name: str) -> tuple[int, ...]:
+        """The window index of each of ``samples[name]`` (see the module docstring)."""
+        where = dict(self.metadata.get(SAMPLE_WINDOWS_KEY) or {}).get(name)
+        return tuple(int(i) for i in where) if where is not None else tuple(range(len(self.samples[name])))
+
+    def aligned(self, key: str, name: str) -> list[Any] | None:
+        """The per-window metadata list ``metadata[key]`` at the windows of ``samples[name]``; None when the result
+        has no such list or it does not cover those windows (written before the runner kept it)."""
+        per_window = self.metadata.get(key)
+        where = self.windows_of(name)
+        if not isinstance(per_window, (list, tuple)) or (where and max(where) >= len(per_window)):
+            return None
+        if SAMPLE_WINDOWS_KEY not in self.metadata and len(per_window) != len(where):
+            return None  # written before sparse metrics named their windows: the two cannot be lined up
+        return [per_window[i] for i in where]
 
     def to_json(self) -> dict[str, Any]:
         return {

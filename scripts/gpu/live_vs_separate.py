@@ -46,10 +46,11 @@ def separate_arm(f: ResultsFile, copy: str) -> RunResult:
 
 def live_ratio(ref: RunResult, cand: RunResult, name: str) -> tuple[float, float, float, int]:
     def paired(r: RunResult) -> tuple[list[float], list[int]]:
-        blocks = list(r.metadata["window_block"])
-        if len(blocks) != len(r.samples[name]):
-            raise SystemExit(f"{r.scenario}: {name} is missing from some windows; its blocks cannot be paired")
-        return list(r.samples[name]), blocks
+        blocks = r.aligned("window_block", name)  # the block of each window that has the metric
+        if blocks is None:
+            raise SystemExit(f"{r.scenario}: the windows of {name} cannot be lined up with their blocks (a result "
+                             "written before sparse metrics named their windows)")
+        return list(r.samples[name]), [int(b) for b in blocks]
 
     (a, ab), (b, bb) = paired(ref), paired(cand)
     e = np.asarray(effects_by_block(name, a, ab, b, bb))

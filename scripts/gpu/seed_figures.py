@@ -5,8 +5,9 @@
 A runner whose per-call time limit splits the matrix into parts (``K=...`` in ``gpu_tier.sh``) gets each part's
 figures in that part's report; this puts them on one sheet (``OUT_DIR/seed-figures.png``, one PNG per figure
 beside it) and prints each figure's rows. The levels are recomputed from the windows the results keep (each
-window's block, ``window_block``), with the same ``measure_figure`` the session used; a group measured in two of the
-given runs is refused (say which run to take). Nothing is measured here.
+window's block, ``window_block``, and the windows of each metric, ``RunResult.windows_of``), with the same
+``measure_figure`` the session used; a group measured in two of the given runs is refused (say which run to take).
+Nothing is measured here.
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ def windows_by_arm(paths: list[Path]) -> dict[tuple[str, str], Windows]:
                 continue
             if source.setdefault(group, path) != path:
                 raise SystemExit(f"live group {group} was measured in {source[group]} and {path}: give one of them")
-            blocks = list(r.metadata[BLOCK_KEY])
-            out[(group, arm)] = [(b, {name: values[i] for name, values in r.samples.items() if i < len(values)})
-                                 for i, b in enumerate(blocks)]
+            windows: Windows = [(b, {}) for b in r.metadata[BLOCK_KEY]]
+            for name, values in r.samples.items():  # a per-segment metric is on its segment's first window only
+                for i, value in zip(r.windows_of(name), values, strict=True):
+                    windows[i][1][name] = value
+            out[(group, arm)] = windows
     return out
 
 

@@ -92,3 +92,23 @@ def test_request_rows_are_written_one_per_line_and_read_back_exactly() -> None:
     plain = json.dumps(f.to_json(), indent=2, sort_keys=True) + "\n"
     assert json.loads(plain) == json.loads(text)  # files in the fully indented layout read the same
     assert len(text) < 0.5 * len(plain)
+
+
+SPARSE = {"window_instance": ["e1", "e1", "e2", "e2"], "sample_windows": {"running_requests_max": [0, 2]}}
+
+
+def test_a_metric_of_some_windows_names_them() -> None:
+    """A per-segment value (on its segment's first window) is lined up with per-window metadata by its windows."""
+    r = RunResult("s", {}, {"requests_per_s": (1.0, 1.1, 1.2, 1.3), "running_requests_max": (16.0, 15.0)},
+                  metadata=SPARSE)
+    assert r.windows_of("running_requests_max") == (0, 2)
+    assert r.windows_of("requests_per_s") == (0, 1, 2, 3)
+    assert r.aligned("window_instance", "running_requests_max") == ["e1", "e2"]
+    assert r.aligned("window_instance", "requests_per_s") == ["e1", "e1", "e2", "e2"]
+    assert RunResult.from_json(r.to_json()).windows_of("running_requests_max") == (0, 2)
+    with pytest.raises(ValueError, match="names 2 windows for 1 samples"):
+        RunResult("s", {}, {"running_requests_max": (16.0,)}, metadata=SPARSE)
+    old = RunResult("s", {}, {"requests_per_s": (1.0, 1.1), "tpot_p50_ms": (3.0,)},
+                    metadata={"window_instance": ["e1", "e1"]})  # written before: cannot be lined up
+    assert old.aligned("window_instance", "tpot_p50_ms") is None
+    assert old.aligned("window_instance", "requests_per_s") == ["e1", "e1"]

@@ -192,16 +192,19 @@ def test_ab_pass_names_what_it_catches_and_which_variance_it_used() -> None:
 
 
 def test_the_recorder_reads_each_windows_engine_instance_from_the_result() -> None:
-    """The contract with the runner: ``metadata["window_instance"]`` names the instance of each window; old
-    results without it are one instance."""
+    """The contract with the runner: ``metadata["window_instance"]`` names the instance of each window, and a metric
+    of only some windows (a per-segment value) names its windows; old results without it are one instance."""
     from engine_fixtures.session.recorder import _instances
     from engine_fixtures.store.results import RunResult
 
-    new = RunResult("engine/x", {"c": "1"}, {"requests_per_s": (1.0, 1.1, 1.2, 1.3)},
-                    metadata={"window_instance": ["e0", "e0", "e1", "e1"]})
+    new = RunResult("engine/x", {"c": "1"}, {"requests_per_s": (1.0, 1.1, 1.2, 1.3), "running_requests_max": (4, 4)},
+                    metadata={"window_instance": ["e0", "e0", "e1", "e1"],
+                              "sample_windows": {"running_requests_max": [0, 2]}})
     old = RunResult("engine/x", {"c": "1"}, {"requests_per_s": (1.0, 1.1)})
-    assert _instances(new, new.samples["requests_per_s"]) == ["e0", "e0", "e1", "e1"]
-    assert _instances(old, old.samples["requests_per_s"]) is None
+    assert _instances(new, "requests_per_s") == ["e0", "e0", "e1", "e1"]
+    assert _instances(new, "running_requests_max") == ["e0", "e1"]
+    assert _instances(old, "requests_per_s") is None
+    assert _instances([1.0, 1.1], "requests_per_s") is None  # bare values: one instance
 
 
 def test_the_gating_family_counts_what_really_gates_here() -> None:
