@@ -8,7 +8,8 @@ pytest process at plugin load and inside SGLang's own processes (``sglang_plugin
 - Layout facts by release: where ``ShmPointerMMData`` and the CUDA IPC transport live, how to tell the
   0.5.16 ``ShmPointerMMData.__init__`` from the 0.5.19+ one, where the tokenizer manager reads the IPC
   pool-handle cache flag (``ipc_cache_layout``: a module global in 0.5.16, a processor attribute from 0.5.17),
-  which flags and defaults a release has.
+  which flags and defaults a release has, where a scheduler runs a batch (``run_batch_problem``: the same method in
+  every checked release).
   Dated from the wheels of 0.5.16 through 0.5.20 and 0.5.23 (``sglang/srt/environ.py``, ``server_args.py``,
   ``arg_groups/``, ``managers/mm_utils.py``, ``multimodal/transport/``); the CPU tier imports and runs
   0.5.16, 0.5.20 and 0.5.23 (``tox -e sglang{0516,0520,0523}-cpu``).
@@ -21,7 +22,7 @@ pytest process at plugin load and inside SGLang's own processes (``sglang_plugin
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -67,6 +68,17 @@ IPC_CACHE_ATTR = "use_ipc_pool_handle_cache"
 IPC_CACHE_LAYOUT_GLOBAL = "module-global"
 IPC_CACHE_LAYOUT_ATTR = "processor-attribute"
 IPC_CACHE_ATTR_FROM = (0, 5, 17)
+
+# Where a scheduler runs a batch (the running-batch probe, ``sglang_plugin.instrument.install_running_probe``; dated
+# from the wheels of 0.5.16, 0.5.20 and 0.5.23, where it has not moved): ``Scheduler.run_batch(self, batch,
+# pp_proxy_tensors=None)`` in the scheduler module (0.5.16 scheduler.py:3290, 0.5.20 :4245, 0.5.23 :4614), called once
+# per batch by every event loop (normal, overlap, pipeline-parallel, disaggregated); ``batch.forward_mode`` with
+# ``is_decode()`` / ``is_mixed()`` and ``len(batch.reqs)``, what SGLang's own "Decode batch, #running-req" log reads.
+# A scheduler process loads the plugins from inside that module (``run_scheduler_process``), so it is imported by then.
+SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
+SCHEDULER_CLASS = "Scheduler"
+RUN_BATCH_METHOD = "run_batch"
+RUN_BATCH_PARAMS = ("self", "batch")  # the leading parameters the probe relies on
 
 # Defaults and flags that changed between releases (dated from the wheels; the CPU-tier envs check them).
 IPC_CACHE_DEFAULT_ON = (0, 5, 17)  # SGLANG_USE_IPC_POOL_HANDLE_CACHE: EnvBool(False) in 0.5.16, True from 0.5.17
@@ -158,6 +170,15 @@ def unsupported(what: str, version: str | None) -> str:
 def shm_layout(init_names: tuple[str, ...] | frozenset[str]) -> str:
     """The ``ShmPointerMMData.__init__`` layout from the names its code uses (``__init__.__code__.co_names``)."""
     return SHM_LAYOUT_0_5_19 if _SHM_LAYOUT_0_5_19_MARKER in init_names else SHM_LAYOUT_0_5_16
+
+
+def run_batch_problem(parameters: Sequence[str]) -> str | None:
+    """Why a ``Scheduler.run_batch`` with these parameter names (``inspect.signature`` of the method, or its ``def``
+    read from source) is not the layout the running-batch probe knows (``"takes (...), not (self, batch, ...)"``);
+    None when it is."""
+    if tuple(parameters[:len(RUN_BATCH_PARAMS)]) == RUN_BATCH_PARAMS:
+        return None
+    return f"takes ({', '.join(parameters)}), not ({', '.join(RUN_BATCH_PARAMS)}, ...)"
 
 
 def expected_shm_layout(version: Version | None) -> str | None:

@@ -27,6 +27,7 @@ from typing import Any
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, MeasurementError
 from engine_fixtures.sglang_plugin.arm_state import launch_arm
+from engine_fixtures.sglang_plugin.instrument import RUNNING_BATCH
 from engine_fixtures.sglang_plugin.proof_file import FLUSH_REQUEST
 from engine_fixtures.transport.live import LiveArm
 
@@ -105,8 +106,9 @@ class ArmProof:
         return self.processes if live is None else tuple(p for p in self.processes if p.pid in set(live))
 
     def summary(self) -> dict[str, float]:
-        """Flat numbers for a RunResult's metadata (the per-seq counters left out: they are the proof's)."""
-        names = sorted({n for p in self.processes for n in p.counters if not n.startswith("seq.")})
+        """Flat numbers summed over processes (the per-seq counters left out: they are the proof's; so are the batch
+        sizes, which are per process and never summed: ``engine.running``)."""
+        names = sorted({n for p in self.processes for n in p.counters if not n.startswith(("seq.", RUNNING_BATCH))})
         out = {n: self.total(n) for n in names}
         rebuilds = out.get("ipc_rebuilds", 0.0)
         if rebuilds:

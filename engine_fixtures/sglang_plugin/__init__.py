@@ -8,9 +8,11 @@ process but the detokenizer, the hooks that read the live arm at each call: the 
 ``wrap_shm_features`` runs (``instrument.install_copy_dispatch``: the copy arm and the thread cap), on the cuda_ipc
 transport the IPC open/rebuild probe (``instrument``) and, in the tokenizer manager once SGLang has imported its
 processors, the IPC pool-handle cache switch (``ipc_switch.defer_ipc_switch``), and the named patches (known
-slowdowns for proving the gates, ``patches.py``). The proof thread switches the live arm when
-``<PERF_ARMS_PROOF_DIR>/arms.json`` (``EngineHandle.set_arm``) names a new seq, and writes a per-process proof JSON
-into the directory with the arm it applied (``engine.proof`` reads it back).
+slowdowns for proving the gates, ``patches.py``); in the schedulers (which load the plugins from inside SGLang's
+scheduler module, before they set their title) the running-batch probe (``instrument.install_running_probe``: each
+decode batch counted by its size, the scheduler's own count of running requests). The proof thread switches the
+live arm when ``<PERF_ARMS_PROOF_DIR>/arms.json`` (``EngineHandle.set_arm``) names a new seq, and writes a
+per-process proof JSON into the directory with the arm it applied (``engine.proof`` reads it back).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def load(*_args: Any, **_kwargs: Any) -> None:
     from engine_fixtures import sglang_version
     from engine_fixtures.sglang_plugin import patches
     from engine_fixtures.sglang_plugin.arm_state import LiveState, launch_arm
-    from engine_fixtures.sglang_plugin.instrument import install_copy_dispatch, install_ipc_probe
+    from engine_fixtures.sglang_plugin.instrument import install_copy_dispatch, install_ipc_probe, install_running_probe
     from engine_fixtures.sglang_plugin.ipc_switch import defer_ipc_switch
     from engine_fixtures.sglang_plugin.proof_file import Recorder, process_title, role_of
     from engine_fixtures.transport.live import LiveArm
@@ -54,6 +56,7 @@ def load(*_args: Any, **_kwargs: Any) -> None:
     try:
         if role != "detokenizer":
             install_copy_dispatch(rec)
+        install_running_probe(rec)  # where SGLang imported its scheduler module: a scheduler process
         if role != "detokenizer" and requested["transport"] == "cuda_ipc":
             install_ipc_probe(rec)
             defer_ipc_switch(rec)

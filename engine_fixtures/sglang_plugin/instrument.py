@@ -14,16 +14,26 @@
   copy is counted under the count it ran with, ``copies_threads.<n>``.
 - IPC probe: ``torch.UntypedStorage._new_shared_cuda`` (one call = one IPC handle open) and the proxy's
   ``reconstruct_on_target_device`` / ``borrow_on_target_device`` (count and time per rebuild).
+- running-batch probe: ``Scheduler.run_batch`` (``sglang_version.SCHEDULER_MODULE``), in the scheduler processes,
+  counts each decode or mixed batch by its number of requests, ``running_batch.<n>`` += 1 (``Recorder.tally``: a dict
+  increment under the lock, no I/O), read before the call and never changing it. A decode batch is every running
+  request of the (micro-)batch, the number SGLang's "Decode batch, #running-req" log prints every
+  ``--decode-log-interval`` steps; a mixed batch (``--enable-mixed-chunk``) is those plus a prefill chunk. A prefill
+  (extend) batch holds only the requests being admitted, never the running ones, so it is not counted. Not per arm
+  seq: the segment's two proofs bracket one arm's visit, and no arm check reads it.
 
 ``PERF_ARMS_SHM_MODULE`` names another module to take ``ShmPointerMMData`` from: the stub engine's stand-in
-(``engine_fixtures.testing.stub_copy``), for the self-tests only; ``EngineSpec`` never sets it.
+(``engine_fixtures.testing.stub_copy``), and ``PERF_ARMS_SCHEDULER_MODULE`` another scheduler module (the stub's
+``engine_fixtures.testing.stub_scheduler``), for the self-tests only; ``EngineSpec`` never sets them.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import os
+import sys
 import time
 import types
 from collections.abc import Callable
@@ -37,6 +47,9 @@ MM_UTILS = sglang_version.MM_UTILS_MODULE
 SHM_MODULE_ENV = "PERF_ARMS_SHM_MODULE"  # self-tests only: the stub engine's stand-in module
 IPC_MODULES = sglang_version.CUDA_IPC_MODULES
 REBUILD_METHODS = ("reconstruct_on_target_device", "borrow_on_target_device")
+SCHEDULER_MODULE_ENV = "PERF_ARMS_SCHEDULER_MODULE"  # self-tests only: the stub engine's stand-in scheduler module
+RUNNING_BATCH = "running_batch."  # + n: one decode (or mixed) batch of n requests run by this process's scheduler
+RUNNING_PROBE = "running_probe"  # Recorder.installed: the method the probe wraps, or why there is none here
 
 
 def _unsupported(what: str) -> str:
@@ -200,3 +213,48 @@ def _timed(rec: Recorder, fn: Callable[..., Any]) -> Callable[..., Any]:
 
     timed.__perf_timed__ = True  # type: ignore[attr-defined]
     return timed
+
+
+def install_running_probe(rec: Recorder) -> None:
+    """Count the decode and mixed batches this process's scheduler runs by their size (module docstring). Installed
+    where SGLang has already imported its scheduler module, i.e. in a scheduler process, which loads the plugins from
+    inside it; any other process runs no batch. A layout the suite does not know is an error in the proof (so every
+    arm check fails on it), never a silent zero. Failures are recorded, never raised."""
+    name = os.environ.get(SCHEDULER_MODULE_ENV) or sglang_version.SCHEDULER_MODULE
+    module = sys.modules.get(name)
+    if module is None:
+        rec.installed[RUNNING_PROBE] = f"none: {name} was not imported when the plugin loaded (no scheduler here)"
+        return
+    where = f"{name}.{sglang_version.SCHEDULER_CLASS}.{sglang_version.RUN_BATCH_METHOD}"
+    cls = getattr(module, sglang_version.SCHEDULER_CLASS, None)
+    run_batch = getattr(cls, sglang_version.RUN_BATCH_METHOD, None) if isinstance(cls, type) else None
+    if not callable(run_batch):
+        rec.errors.append("running: " + _unsupported(f"there is no {where}, so running requests cannot be counted"))
+        return
+    if getattr(run_batch, "__perf_running_probe__", False):
+        return  # already installed in this process
+    try:
+        problem = sglang_version.run_batch_problem(list(inspect.signature(run_batch).parameters))
+    except (TypeError, ValueError) as exc:
+        problem = f"has no readable signature ({exc!r})"
+    if problem is not None:
+        rec.errors.append("running: " + _unsupported(f"{where} {problem}, so running requests cannot be counted"))
+        return
+    failed: list[str] = []
+
+    @functools.wraps(run_batch)
+    def counted_run_batch(self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            mode = batch.forward_mode
+            if mode.is_decode() or mode.is_mixed():
+                rec.tally(RUNNING_BATCH + str(len(batch.reqs)))
+        except Exception as exc:  # never raise into SGLang: the proof says it, once
+            if not failed:
+                failed.append(repr(exc))
+                rec.errors.append("running: " + _unsupported(f"a batch handed to {where} could not be counted "
+                                                             f"(forward_mode.is_decode/is_mixed, reqs): {exc!r}"))
+        return run_batch(self, batch, *args, **kwargs)
+
+    counted_run_batch.__perf_running_probe__ = True  # type: ignore[attr-defined]
+    setattr(cls, sglang_version.RUN_BATCH_METHOD, counted_run_batch)
+    rec.installed[RUNNING_PROBE] = where
