@@ -145,13 +145,16 @@ _ALL: tuple[Metric, ...] = (
     _m("e2e_p50_ms", "ms", "lower", LOG, 0.03, "median end-to-end request latency", gates=False, ab=0.10, most=0.50),
     # Mechanism metrics of the transport arms.
     _m("ipc_opens_per_image", "opens/img", "lower", LINEAR, 0.05,
-       "CUDA IPC handle opens per image (1.0 means no pool-handle cache)", ab=0.10, most=0.50),
-    _m("rebuild_ms_per_image", "ms/img", "lower", LOG, 0.05, "scheduler time to rebuild a shared feature per image",
-       ab=0.15, most=0.50),
+       "CUDA IPC handle opens per image (1.0 means no pool-handle cache), from the proof counters; one value per "
+       "segment, on its first window", ab=0.10, most=0.50),
+    _m("rebuild_ms_per_image", "ms/img", "lower", LOG, 0.05, "scheduler time to rebuild a shared feature per image, "
+       "from the proof counters; one value per segment, on its first window", ab=0.15, most=0.50),
     # Utilisation: judged where the GPU is the bottleneck (a CPU-side regression then leaves it idle).
     _m("gpu_util_mean", "%", "higher", LINEAR, 2.0, "mean NVML GPU utilisation over the window", GPU_BOUND,
        ab=5.0, most=10.0),
-    _m("running_requests_max", "req", "higher", LINEAR, 1.0, "peak running requests the scheduler reported",
+    _m("running_requests_max", "req", "higher", LINEAR, 1.0, "the largest decode batch (running requests; with "
+       "PP one micro-batch) any one scheduler process ran over the segment, from the scheduler's own count of every "
+       "batch (the SGLang plugin on Scheduler.run_batch); one value per segment, on its first window",
        gates=False, ab=1.5, most=4.0),
     # Diagnostics: shown next to the baseline, never judged.
     _diag("producer_cpu_cores", "cores", "CPU cores used by the mechanism producer's process tree"),
@@ -163,8 +166,11 @@ _ALL: tuple[Metric, ...] = (
     _diag("requests_completed", "req", "requests that finished in the window: what its latency statistics rest on"),
     _diag("requests_per_s_counted", "req/s", "completed requests in the window over its length (whole lockstep "
           "bursts: quantized)"),
-    _diag("client_loop_lag_p99_ms", "ms", "p99 lateness of the load client's event-loop probe over its segment"),
-    _diag("running_requests_mean", "req", "mean running requests the scheduler reported while loaded"),
+    _diag("client_loop_lag_p99_ms", "ms", "p99 lateness of the load client's event-loop probe over its segment; "
+          "one value per segment, on its first window"),
+    _diag("running_requests_mean", "req", "mean decode batch size (running requests per decode step) the schedulers "
+          "ran over the segment, from their own count of every batch (the SGLang plugin on Scheduler.run_batch); one "
+          "value per segment, on its first window"),
     # GPU telemetry (NVML, mean over the window and the arm's GPUs): report-only, the suite never locks clocks.
     _diag("gpu_sm_clock_mhz_mean", "MHz", "mean GPU SM clock over the window"),
     _diag("gpu_mem_clock_mhz_mean", "MHz", "mean GPU memory clock over the window"),

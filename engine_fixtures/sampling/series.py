@@ -1,10 +1,10 @@
 """Timestamped readings that a sampler keeps while it runs, so one sampler over a whole load segment can be cut
-into measurement windows afterwards (``cut(t0, t1)`` on the CPU, GPU and running-request samplers).
+into measurement windows afterwards (``cut(t0, t1)`` on the CPU and GPU samplers).
 
 - ``Counter``: cumulative values (CPU seconds per role); ``delta(key, t0, t1)`` interpolates linearly between
   the readings around each mark, so a window's share does not depend on where the ticks fell. A key that
   appears later was 0 before its first reading (a process born later had used no CPU).
-- ``Gauge``: instantaneous values (GPU utilisation, running requests); ``between(t0, t1)`` returns the readings
+- ``Gauge``: instantaneous values (GPU utilisation); ``between(t0, t1)`` returns the readings
   taken inside the window, and raises ``MeasurementError`` when there is none (a window shorter than the tick).
 Times are ``time.monotonic()`` seconds.
 """

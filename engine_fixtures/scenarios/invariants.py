@@ -30,10 +30,10 @@ class Invariant:
 
 @dataclass(frozen=True)
 class CounterBound:
-    """An exact count of one arm against a limit, no statistics: ``at_most`` every window stays at or below it
+    """An exact count of one arm against a limit, no statistics: ``at_most`` every value stays at or below it
     (IPC handle opens per image with the pool-handle cache: ~0, never ~1); ``at_least`` the peak over the
-    windows reaches it (running requests reach min(concurrency, max_running_requests) when no hidden cap
-    holds them)."""
+    values reaches it (the largest batch the scheduler ran reaches min(concurrency, max_running_requests) when no
+    hidden cap holds it). Both are per-segment metrics: one value per measured segment (visit), not per window."""
 
     label: str
     metric: str

@@ -3,8 +3,8 @@
 ``measure_segment(engine, stream, plan)`` runs a warm-up of closed-loop load (never measured: ``plan.warmup_s``, and
 then until every request sent in it has completed, as the client decides and reports it in ``Segment.measure_at``),
 then ``plan.windows`` windows of ``plan.window_s`` seconds from ``measure_at`` with no pause between them, then the
-drain. The samplers (CPU per role, GPU utilisation, running requests) run over the whole segment and are cut at the
-window marks. Values per window (``window_values``):
+drain. The samplers (CPU per role, GPU utilisation) run over the whole segment and are cut at the window marks.
+Values per window (``window_values``):
 
 - ``requests_per_s``: the time-weighted progress rate (each request adds the share of its lifetime inside the
   window; ``loadgen.stream.progress_rate`` says why: completions come in lockstep bursts, so a count per window is
@@ -15,18 +15,29 @@ window marks. Values per window (``window_values``):
   their count ``requests_completed`` (a row resting on few requests says so);
 - ``cpu_s_per_request.<role>`` (the role's CPU seconds in the window over the requests' progress in it, the
   continuous count above), ``cpu_share_of_quota.<role>`` under a quota, ``cpu_cores.<role>`` as a diagnostic;
-- ``gpu_util_mean``; ``running_requests_max`` and ``running_requests_mean``;
-- the CUDA IPC arm's ``ipc_opens_per_image`` and ``rebuild_ms_per_image`` from the proof counters, read once
-  around the segment (the same value for each of its windows);
-- diagnostics ``achieved_concurrency`` (time-weighted requests in flight) and ``client_loop_lag_p99_ms``.
+- ``gpu_util_mean``; the diagnostic ``achieved_concurrency`` (time-weighted requests in flight).
+
+Values per segment (``segment_values``), read once around it and put on its FIRST window only, never copied into the
+others: the visit (one segment) is their unit, so a copy per window would count one reading as several:
+
+- ``running_requests_max`` and ``running_requests_mean``: the scheduler's own count of every decode batch it ran
+  (``engine.running``, from the proofs taken before and after the segment: warmup and drain included, the largest
+  batch of any one scheduler process and the mean batch size);
+- the CUDA IPC arm's ``ipc_opens_per_image`` and ``rebuild_ms_per_image`` from the proof counters;
+- the diagnostic ``client_loop_lag_p99_ms`` (the client's event-loop lag over the segment).
+
+A consumer reads a per-segment metric from the windows that have it (``scenarios.pooled.engine_result`` records
+which, ``RunResult.windows_of``).
 
 ``window_requests(seg, t0, t1)`` keeps the requests behind a window (every one whose lifetime overlaps it, as
 ``REQUEST_COLUMNS`` rows relative to the segment's first send, with the window marks), so that any estimator can
 be recomputed from a results file; ``stored_window`` reads one back.
 
-A window with no completed request is a ``MeasurementError``, never a 0 ms latency. A segment the client limited
-(concurrency not reached, or its event loop lagging) is measured again, up to ``CLIENT_BOUND_ATTEMPTS`` times,
-then a ``MeasurementError``. An engine that dies under the load is ``ProcessCrashed``, whatever the client saw.
+A window with no completed request is a ``MeasurementError``, never a 0 ms latency; so is a segment whose proofs
+show no scheduler batch at all (the probe did not count, ``engine.running.probe_states`` says why). A segment the
+client limited (concurrency not reached, or its event loop lagging) is measured again, up to
+``CLIENT_BOUND_ATTEMPTS`` times, then a ``MeasurementError``. An engine that dies under the load is
+``ProcessCrashed``, whatever the client saw.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ import numpy as np
 
 from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.engine.proof import ArmProof
+from engine_fixtures.engine.running import probe_states, running_requests
 from engine_fixtures.errors import MeasurementError, ProcessCrashed
 from engine_fixtures.loadgen.latency import Percentiles, tpot_values
 from engine_fixtures.loadgen.records import RequestRecord
@@ -49,7 +61,6 @@ from engine_fixtures.loadgen.workload import WorkloadSpec
 from engine_fixtures.sampling.base import SamplerSet
 from engine_fixtures.sampling.cpu import CpuSampler
 from engine_fixtures.sampling.gpu import GpuSampler
-from engine_fixtures.sampling.running import RunningRequestsSampler
 from engine_fixtures.scenarios.timeline import Timeline
 
 CLIENT_BOUND_ATTEMPTS = 3
@@ -66,7 +77,7 @@ class SegmentPlan:
     window_s: float
     warmup_s: float  # the nominal warm-up: it lasts until the requests sent in it have completed (Segment.measure_at)
     sample_hz: float = 10.0
-    proof: bool = True  # read the proof counters around a cuda_ipc segment (the IPC metrics)
+    proof: bool = True  # read the proof counters around the segment (running requests, the IPC metrics)
 
 
 def _engine_died_under(engine: EngineHandle, exc: BaseException) -> None:
@@ -89,22 +100,21 @@ def _client_bound(seg: Segment, plan: SegmentPlan) -> str | None:
 def measure_segment(engine: EngineHandle, stream: LoadStream, plan: SegmentPlan, timeline: Timeline,
                     instance: str = "", check: Callable[[ArmProof, ArmProof], None] | None = None,
                     requests: list[dict[str, Any]] | None = None) -> list[dict[str, float]]:
-    """The windows' metric values (one dict per window); spans go to ``timeline``. ``check(before, after)`` is
-    given the engine's proofs around a segment before its windows are returned (it raises to refuse them: an arm
-    switched live on the engine checks that the segment's counters are the arm's). ``requests``, when given, gets
-    each returned window's ``window_requests`` entry, in the same order."""
+    """The windows' metric values (one dict per window, the per-segment values in the first); spans go to
+    ``timeline``. The engine's proofs are read around the segment where it has them (``EngineSpec.proof``) and
+    ``plan.proof`` asks for them. ``check(before, after)`` is given those proofs before the windows are returned (it
+    raises to refuse them: an arm switched live on the engine checks that the segment's counters are the arm's).
+    ``requests``, when given, gets each returned window's ``window_requests`` entry, in the same order."""
     reasons = []
-    # The proof counters feed the CUDA IPC metrics and ``check``; reading them costs two proof flushes per segment.
-    proof = plan.proof and engine.spec.proof and (engine.spec.mm_feature_transport == "cuda_ipc" or check is not None)
+    # The proof counters feed the per-segment values and ``check``; reading them costs two proof flushes per segment.
+    proof = plan.proof and engine.spec.proof
     interval = 1.0 / plan.sample_hz
     for _ in range(CLIENT_BOUND_ATTEMPTS):
         first = engine.proof() if proof else None
-        before = first.summary() if first is not None else {}
         cpu = CpuSampler(engine.pids, interval, engine.spec.cpu_quota)
         gpu = GpuSampler(engine.spec.gpus, engine.pids, interval)
-        running = RunningRequestsSampler(engine.url, max(interval, 0.2))
         try:
-            with SamplerSet([cpu, gpu, running]) as samplers:
+            with SamplerSet([cpu, gpu]) as samplers:
                 seg = stream.segment(engine.url, plan.workload, plan.warmup_s, plan.windows * plan.window_s)
         except Exception as exc:
             _engine_died_under(engine, exc)
@@ -117,14 +127,13 @@ def measure_segment(engine: EngineHandle, stream: LoadStream, plan: SegmentPlan,
             last = engine.proof() if proof else None
             if check is not None and first is not None and last is not None:
                 check(first, last)
-            after = last.summary() if last is not None else {}
-            counters = {k: v - before.get(k, 0.0) for k, v in after.items()}
             out = []
             for k in range(plan.windows):
                 t0 = seg.measure_at + k * plan.window_s
                 t1 = t0 + plan.window_s
                 timeline.add("window", f"window {k + 1}", t0, t1, instance)
-                out.append(window_values(seg, samplers, t0, t1, counters))
+                out.append(window_values(seg, samplers, t0, t1))
+            out[0].update(segment_values(seg, first, last))
             if requests is not None:
                 requests.extend(window_requests(seg, seg.measure_at + k * plan.window_s,
                                                 seg.measure_at + (k + 1) * plan.window_s) for k in range(plan.windows))
@@ -137,8 +146,7 @@ def measure_segment(engine: EngineHandle, stream: LoadStream, plan: SegmentPlan,
                            "client to free CPUs (--perf-client-cpus), or lower the concurrency")
 
 
-def window_values(seg: Segment, samplers: SamplerSet, t0: float, t1: float,
-                  counters: dict[str, float]) -> dict[str, float]:
+def window_values(seg: Segment, samplers: SamplerSet, t0: float, t1: float) -> dict[str, float]:
     """The metric values of the window ``[t0, t1)`` (absolute times) of ``seg`` (see the module docstring)."""
     done = seg.completed_in(t0, t1)
     span = t1 - t0
@@ -156,8 +164,6 @@ def window_values(seg: Segment, samplers: SamplerSet, t0: float, t1: float,
         values["tpot_p50_ms"] = per_request.p50
         if math.isfinite(per_request.gmean):
             values["tpot_gmean_ms"] = per_request.gmean
-    if seg.loop_lag_s:
-        values["client_loop_lag_p99_ms"] = float(np.percentile(seg.loop_lag_s, 99)) * 1000
     cut: dict[str, float] = {}
     for sampler in samplers.active:
         with contextlib.suppress(AttributeError):
@@ -175,9 +181,26 @@ def window_values(seg: Segment, samplers: SamplerSet, t0: float, t1: float,
     for key in ("gpu.sm_clock_mhz.mean", "gpu.mem_clock_mhz.mean", "gpu.power_w.mean"):  # telemetry, report-only
         if key in cut:
             values[key.replace(".", "_")] = cut[key]
-    if "running.max" in cut:
-        values["running_requests_max"] = cut["running.max"]
-        values["running_requests_mean"] = cut["running.mean"]
+    return values
+
+
+def segment_values(seg: Segment, before: ArmProof | None, after: ArmProof | None) -> dict[str, float]:
+    """The per-segment values of ``seg`` from the engine's proofs around it (None: not read), for its first window
+    only (see the module docstring)."""
+    values: dict[str, float] = {}
+    if seg.loop_lag_s:
+        values["client_loop_lag_p99_ms"] = float(np.percentile(seg.loop_lag_s, 99)) * 1000
+    if before is None or after is None:
+        return values
+    running = running_requests(before, after)
+    if running is None:
+        raise MeasurementError(f"no scheduler process of the engine at {seg.url} counted a running batch over a "
+                               "segment that served requests, so its running requests are unknown; the running-batch "
+                               f"probe says: {'; '.join(probe_states(after)) or 'no scheduler process wrote a proof'}")
+    values["running_requests_max"] = running.max
+    values["running_requests_mean"] = running.mean
+    then, now = before.summary(), after.summary()
+    counters = {k: v - then.get(k, 0.0) for k, v in now.items()}
     rebuilds = counters.get("ipc_rebuilds", 0.0)
     if rebuilds > 0:
         values["ipc_opens_per_image"] = counters.get("ipc_opens", 0.0) / rebuilds

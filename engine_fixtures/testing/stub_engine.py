@@ -5,7 +5,12 @@ spawns children titled like SGLang's (``sglang::scheduler[_PP<p>][_TP<t>]`` per 
 ``sglang::detokenizer``; they exit when the parent's pipe closes), and serves ``/health``,
 ``/server_info`` (0.5.16 layout: the resolved PP cap only in ``internal_states[0]``), ``/metrics``
 (prometheus_client), ``/flush_cache`` and streaming ``/v1/chat/completions``. Requests beyond
-``--max-running-requests`` queue, as in SGLang.
+``--max-running-requests`` queue, as in SGLang, and so do requests beyond the PP micro-batch cap (the stub runs one
+micro-batch: its running requests never exceed ``max_running_requests // pp`` unless ``--pp-max-micro-batch-size``).
+
+The scheduler children run the decode steps (``testing.stub_scheduler``, SGLang's ``Scheduler.run_batch`` signature):
+one step per token time over the requests running then, sent to every scheduler child, so the plugin's running-batch
+probe counts the stub's running requests in every rank as it counts SGLang's (``PERF_ARMS_SCHEDULER_MODULE``).
 
 Failure modes for the tests (``--stub-mode``):
 - ``crash-before-ready``: exits 3 during "model load" with a CUDA OOM message;
@@ -58,6 +63,13 @@ def child(title: str, conn: mp.connection.Connection) -> None:
     import setproctitle
 
     setproctitle.setproctitle(title)
+    if title.startswith("sglang::scheduler"):
+        from engine_fixtures.testing import stub_scheduler  # imported before the plugins load, as SGLang's is
+
+        _load_plugins()
+        conn.send("up")
+        stub_scheduler.serve(conn)  # the decode steps the server sends, until its end of the pipe closes
+        return
     _load_plugins()
     conn.send("up")
     with contextlib.suppress(EOFError):
@@ -109,10 +121,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 class Stub:
-    def __init__(self, a: argparse.Namespace) -> None:
+    def __init__(self, a: argparse.Namespace, schedulers: list[mp.connection.Connection] | None = None) -> None:
         from prometheus_client import CollectorRegistry, Gauge, Histogram
 
         self.a = a
+        self.schedulers = list(schedulers or ())  # the pipes to the scheduler-titled children: one decode step each
         self.max_running = a.max_running_requests or DEFAULT_MAX_RUNNING
         self.pp_cap = a.pp_max_micro_batch_size or max(self.max_running // a.pp_size, 1)
         self.cap = min(self.max_running, self.pp_cap)
@@ -151,6 +164,25 @@ class Stub:
         if with_torch and self.a.stub_torch_copy_ms > 0:
             await asyncio.sleep(self.a.stub_torch_copy_ms / 1000.0)  # the documented cost of the torch copy
         return intact
+
+    async def decode_steps(self, _app: object):  # type: ignore[no-untyped-def]
+        """While the server runs: one decode step per token time (at least 1 ms) over the requests running then,
+        sent to every scheduler child (each TP and PP rank runs the same batch, as SGLang's do)."""
+        async def steps() -> None:
+            while True:
+                await asyncio.sleep(max(self.a.stub_token_ms, 1.0) / 1000.0)  # the stub's stand-in for a step
+                if self.running:
+                    for conn in list(self.schedulers):
+                        try:
+                            conn.send(self.running)
+                        except OSError:  # a child that is gone runs no more steps
+                            self.schedulers.remove(conn)
+
+        task = asyncio.create_task(steps())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     def server_info(self) -> dict[str, object]:
         a = self.a
@@ -245,6 +277,7 @@ class Stub:
             return web.Response(text="Cache flushed.")
 
         app = web.Application()
+        app.cleanup_ctx.append(self.decode_steps)
         app.router.add_get("/health", health)
         app.router.add_get("/server_info", info)
         app.router.add_get("/metrics", metrics)
@@ -279,9 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.stub_mode == "crash-before-ready":
         print("stub_engine: simulated crash during model load (RuntimeError: CUDA out of memory)", flush=True)
         return 3
-    if a.stub_image_kb > 0:  # before the plugin loads here and in the children (spawn passes the environment)
-        from engine_fixtures.sglang_plugin.instrument import SHM_MODULE_ENV
+    from engine_fixtures.sglang_plugin.instrument import SCHEDULER_MODULE_ENV, SHM_MODULE_ENV
 
+    # Before the plugin loads here and in the children (spawn passes the environment).
+    os.environ[SCHEDULER_MODULE_ENV] = "engine_fixtures.testing.stub_scheduler"
+    if a.stub_image_kb > 0:
         os.environ[SHM_MODULE_ENV] = "engine_fixtures.testing.stub_copy"
     with shm_pool(a.stub_shm_mb):
         return serve(a)
@@ -291,7 +326,8 @@ def serve(a: argparse.Namespace) -> int:
     _load_plugins()
     ctx = mp.get_context("spawn")
     pipes = []
-    for title in (*scheduler_titles(a.pp_size, a.tp_size), "sglang::detokenizer"):
+    schedulers = scheduler_titles(a.pp_size, a.tp_size)
+    for title in (*schedulers, "sglang::detokenizer"):
         parent_end, child_end = ctx.Pipe()
         ctx.Process(target=child, args=(title, child_end), daemon=True).start()
         pipes.append(parent_end)
@@ -309,7 +345,8 @@ def serve(a: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print("stub_engine: ignoring SIGTERM", flush=True)
     print(f"stub_engine: serving on {a.host}:{a.port}", flush=True)
-    web.run_app(Stub(a).app(), host=a.host, port=a.port, print=None, handle_signals=not ignore)
+    web.run_app(Stub(a, pipes[:len(schedulers)]).app(), host=a.host, port=a.port, print=None,
+                handle_signals=not ignore)
     return 0
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import pytest
 from engine_fixtures.engine.build import EngineBuild
 from engine_fixtures.engine.factory import EngineFactory
 from engine_fixtures.engine.group import start_group
+from engine_fixtures.engine.running import running_requests
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import LeakError, MeasurementError, ProcessStartError
 from engine_fixtures.judge.decide import NullSample
@@ -36,8 +37,9 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_model_dir(tmp_path_factory.mktemp("m") / "qwen-tiny", "tiny")
 
 
-def stub(model: Path, token_ms: float, name: str = "stub") -> EngineSpec:
-    return EngineSpec(model, launcher=STUB, name=name, proof=False, extra_args=("--stub-token-ms", str(token_ms)))
+def stub(model: Path, token_ms: float, name: str = "stub", proof: bool = False) -> EngineSpec:
+    """The stub engine; ``proof``: with the suite's SGLang plugin loaded (its proofs, the running-batch probe)."""
+    return EngineSpec(model, launcher=STUB, name=name, proof=proof, extra_args=("--stub-token-ms", str(token_ms)))
 
 
 @pytest.fixture(scope="module")
@@ -64,13 +66,20 @@ def factory(tmp_path: Path):  # type: ignore[no-untyped-def]
         f.close()
 
 
+PER_SEGMENT = {"running_requests_max", "running_requests_mean", "client_loop_lag_p99_ms"}
+
+
 def test_a_window_yields_every_engine_metric(model: Path, factory: EngineFactory, stream: LoadStream) -> None:
+    """Per-window values in every window, the per-segment ones on the first window only (without the plugin, no
+    proof: the client's loop lag alone; the running requests are test_history_loop_measures_more_while_undecided's)."""
     engine = factory.get(stub(model, 2.0))
     timeline = Timeline()
     requests: list[dict] = []
     ws = measure_segment(engine, stream, SegmentPlan(SCENARIO.workload(), 3, 0.5, 0.3), timeline, requests=requests)
     assert len(ws) == 3
     w = ws[0]
+    assert set(w) & PER_SEGMENT == {"client_loop_lag_p99_ms"}
+    assert all(not PER_SEGMENT & set(later) for later in ws[1:])
     kinds = [s.kind for s in timeline.spans]
     assert (kinds.count("window"), kinds.count("warmup"), kinds.count("drain")) == (3, 1, 1)
     spans = [s for s in timeline.spans if s.kind == "window"]
@@ -87,15 +96,16 @@ def test_a_window_yields_every_engine_metric(model: Path, factory: EngineFactory
     assert w["requests_per_s"] > 0
     assert w["tpot_p50_ms"] == pytest.approx(2.0, abs=1.5)
     assert w["cpu_s_per_request.http_server"] > 0  # the stub's root serves HTTP like SGLang's main process
-    assert w["cpu_cores.scheduler"] == 0.0  # its scheduler-titled children idle: no CPU per request to judge
-    assert "cpu_s_per_request.scheduler" not in w
-    assert w["running_requests_max"] >= 1
+    assert w["cpu_cores.detokenizer"] == 0.0  # its detokenizer-titled child idles: no CPU per request to judge
+    assert "cpu_s_per_request.detokenizer" not in w
     assert "cpu_s_per_request.total" not in w
 
 
 def test_history_loop_measures_more_while_undecided(model: Path, factory: EngineFactory,
                                                     stream: LoadStream) -> None:
-    engine = factory.get(stub(model, 2.0))
+    """Two segments of two windows on the stub with the plugin loaded: the running requests are the scheduler's own
+    count (a batch of all C requests), one value per segment on its first window (a visit is their unit)."""
+    engine = factory.get(stub(model, 2.0, proof=True))
     looks: list[int] = []
 
     def judge(result, alpha):  # type: ignore[no-untyped-def]
@@ -108,6 +118,12 @@ def test_history_loop_measures_more_while_undecided(model: Path, factory: Engine
     assert looks == [2, 4]
     assert result.metadata["windows"] == 4
     assert result.metadata["window_instance"] == [engine.instance] * 4
+    for name in PER_SEGMENT:
+        assert result.windows_of(name) == (0, 2), name
+    assert result.samples["running_requests_max"] == (SCENARIO.concurrency,) * 2
+    assert all(1 <= m <= SCENARIO.concurrency for m in result.samples["running_requests_mean"])
+    assert result.aligned("window_instance", "running_requests_max") == [engine.instance] * 2
+    assert len(result.samples["requests_per_s"]) == 4
     summary = result.metadata["timeline"]["summary"]
     assert summary["window_s"] == pytest.approx(2.0, abs=0.05)  # four windows of 0.5 s
     assert 0 < summary["measured_share_after_ready"] <= 1
@@ -217,15 +233,22 @@ def test_a_client_bound_segment_is_never_recorded(model: Path, factory: EngineFa
 
 
 def test_running_requests_show_the_pp_auto_cap(model: Path, factory: EngineFactory, stream: LoadStream) -> None:
-    """The stub enforces SGLang's rule (max_running // pp per micro-batch); the window reads it from /metrics."""
+    """The stub enforces SGLang's rule (max_running // pp per micro-batch); the segment reads it from the scheduler's
+    own count of every batch, in both PP ranks, whose max is one micro-batch, never the sum over the two."""
     auto = EngineScenario("pp2-auto", pp=2, gpus=2, max_running_requests=8, concurrency=8, output_tokens=12,
-                          launcher=STUB, proof=False, lint=False)
+                          launcher=STUB, lint=False)
     explicit = EngineScenario("pp2-mb8", pp=2, gpus=2, max_running_requests=8, pp_max_micro_batch_size=8,
-                              concurrency=8, output_tokens=12, launcher=STUB, proof=False)
+                              concurrency=8, output_tokens=12, launcher=STUB)
     peaks = {}
     for s in (auto, explicit):
         engine = factory.get(s.spec(model, (0, 1)))
-        peaks[s.id] = max(w["running_requests_max"] for w in windows(engine, stream, s, 2, 0.6))
+        before = engine.proof()
+        ws = windows(engine, stream, s, 2, 0.6)
+        assert "running_requests_max" not in ws[1]  # one value per segment
+        peaks[s.id] = ws[0]["running_requests_max"]
+        counted = running_requests(before, engine.proof())
+        assert counted is not None
+        assert (counted.processes, counted.max) == (2, peaks[s.id])  # both stages counted; the max is not summed
     assert peaks == {"pp2-auto": 4.0, "pp2-mb8": 8.0}
 
 

@@ -34,7 +34,7 @@ def lockstep_segment(seconds: float = 64.0) -> Segment:
 
 def values_of(seg: Segment, n: int = 20) -> list[dict[str, float]]:
     marks = [seg.measure_at + k * WINDOW for k in range(n)]
-    return [window_values(seg, SAMPLERS, t0, t0 + WINDOW, {}) for t0 in marks]  # type: ignore[arg-type]
+    return [window_values(seg, SAMPLERS, t0, t0 + WINDOW) for t0 in marks]  # type: ignore[arg-type]
 
 
 def cv(values: list[float]) -> float:
@@ -65,7 +65,7 @@ def test_latencies_stay_over_the_requests_that_finished_in_the_window() -> None:
     seg = lockstep_segment()
     t0 = seg.measure_at
     done = seg.completed_in(t0, t0 + WINDOW)
-    w = window_values(seg, SAMPLERS, t0, t0 + WINDOW, {})  # type: ignore[arg-type]
+    w = window_values(seg, SAMPLERS, t0, t0 + WINDOW)  # type: ignore[arg-type]
     assert w["ttft_p50_ms"] == pytest.approx(float(np.percentile([r.ttft_s for r in done], 50)) * 1000)
     assert w["tpot_p50_ms"] == pytest.approx(float(np.percentile([r.tpot_s for r in done], 50)) * 1000)
 
@@ -73,7 +73,7 @@ def test_latencies_stay_over_the_requests_that_finished_in_the_window() -> None:
 def test_a_window_without_a_completion_is_an_error_not_a_zero() -> None:
     seg = segment_of(closed_loop(2, 10.0, 30.0), 2, 0.0, 30.0)  # requests end at 10, 20, 30 s only
     with pytest.raises(MeasurementError, match="zero completed requests"):
-        window_values(seg, SAMPLERS, seg.start + 11.0, seg.start + 14.0, {})  # type: ignore[arg-type]
+        window_values(seg, SAMPLERS, seg.start + 11.0, seg.start + 14.0)  # type: ignore[arg-type]
 
 
 def test_stored_requests_recompute_the_window_values() -> None:
@@ -87,7 +87,7 @@ def test_stored_requests_recompute_the_window_values() -> None:
         lo, hi, records = stored_window(stored)
         # Every request whose lifetime overlaps the window, no other.
         assert len(records) == sum(1 for r in seg.records if r.sent_s < hi and r.end_s >= lo)
-        w = window_values(seg, SAMPLERS, t0, t0 + WINDOW, {})  # type: ignore[arg-type]
+        w = window_values(seg, SAMPLERS, t0, t0 + WINDOW)  # type: ignore[arg-type]
         again = segment_of(records, C, 0.0, 1.0, start=seg.start)
         # Times are kept to 0.1 ms: the share of each of the <= 2C requests on an edge moves by at most 1e-4 s over
         # its lifetime (> 0.6 s here); the requests inside keep a share of exactly 1.

@@ -1,8 +1,8 @@
 """The GPU tier's entry points against the stub engine (SGLang's titles and HTTP surface), real py-spy.
 
-The stub's HTTP server (the untitled root, like SGLang's) does the streaming work; its titled scheduler and
-detokenizer children sit blocked in ``recv``, so py-spy (idle threads left out) samples nothing there and the
-history differential says so in one line instead of ranking noise.
+The stub's HTTP server (the untitled root, like SGLang's) does the streaming work and its titled scheduler children
+run the decode steps (``testing.stub_scheduler``); its detokenizer child sits blocked in ``recv``, so py-spy (idle
+threads left out) samples nothing there and the history differential says so in one line instead of ranking noise.
 """
 
 from __future__ import annotations
@@ -64,13 +64,13 @@ def test_stub_engine_roles_profiled_and_idle_roles_said_so(stub, tmp_path: Path)
     assert http.requests > 20
     assert http.samples > 0
     assert any(k[1].endswith("testing/stub_engine.py") for k in http.functions())
-    assert prof.profiles["scheduler"].samples == 0  # blocked in recv: idle, not sampled
+    assert prof.profiles["detokenizer"].samples == 0  # blocked in recv: idle, not sampled
 
     pool = tmp_path / "baselines" / "key" / "stub.json"
     store.save_beside(pool, prof)
     book = ProfileBook()
     text = explain_history(book, ["stub"], {"regression"}, ProfileSettings("on-regression", 100.0, 1.5, tmp_path),
                            (roles, drive), pool)
-    assert "scheduler: no differential profile: no samples (0 candidate, 0 reference)" in text, text
+    assert "detokenizer: no differential profile: no samples (0 candidate, 0 reference)" in text, text
     assert "http_server: " in text
     assert explain_history(book, ["stub"], {"pass"}, ProfileSettings("on-regression"), (roles, drive), pool) == ""
