@@ -244,3 +244,42 @@ def test_ipc_switch_waits_for_sglang_to_import_its_processors(tmp_path: Path) ->
                             "sglang.srt.multimodal.processors.base_processor in this process (no processor yet), so "
                             "it still runs the launch arm's value"]
     assert (out["late"], out["layout"]) == ([], "processor-attribute")
+
+
+SCHEDULER = "sglang/srt/managers/scheduler.py"
+RUNNING_PROBE = """
+import importlib, json, tempfile
+from pathlib import Path
+from engine_fixtures.sglang_plugin.instrument import RUNNING_PROBE, install_running_probe
+from engine_fixtures.sglang_plugin.proof_file import Recorder
+importlib.import_module("sglang.srt.managers.scheduler")  # a scheduler process loads the plugin from inside it
+rec = Recorder(Path(tempfile.mkdtemp()), {})
+install_running_probe(rec)
+print(json.dumps({"errors": rec.errors, "installed": rec.installed.get(RUNNING_PROBE)}))
+"""
+
+
+@pytest.mark.parametrize(("scheduler", "moved"), [
+    ("class Scheduler:\n    def run_batch(self, forward_batch, pp_proxy_tensors=None):\n        pass\n",
+     "sglang.srt.managers.scheduler.Scheduler.run_batch takes (self, forward_batch, pp_proxy_tensors), not (self, "
+     "batch, ...)"),
+    ("class Scheduler:\n    def run_step(self, batch):\n        pass\n",
+     "there is no sglang.srt.managers.scheduler.Scheduler.run_batch"),
+])
+def test_running_probe_on_a_moved_scheduler_is_an_error_never_a_silent_zero(tmp_path: Path, scheduler: str,
+                                                                            moved: str) -> None:
+    """A scheduler whose ``run_batch`` moved or changed its signature: the proof carries the error (every arm check
+    fails on it) instead of counting nothing, and the segment would refuse a zero count anyway."""
+    fake_release.write(tmp_path, "0.6.0", {SCHEDULER: scheduler})
+    out = fake_release.run(tmp_path, RUNNING_PROBE)
+    assert isinstance(out, dict)
+    (error,) = out["errors"]
+    assert_names_the_way_out(error, "running: SGLang 0.6.0", moved, "so running requests cannot be counted")
+    assert out["installed"] is None
+
+
+def test_running_probe_takes_the_known_layout(tmp_path: Path) -> None:
+    fake_release.write(tmp_path, "0.5.23", {SCHEDULER: "class Scheduler:\n    def run_batch(self, batch, "
+                                                       "pp_proxy_tensors=None):\n        return batch\n"})
+    out = fake_release.run(tmp_path, RUNNING_PROBE)
+    assert out == {"errors": [], "installed": "sglang.srt.managers.scheduler.Scheduler.run_batch"}

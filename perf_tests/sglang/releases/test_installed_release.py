@@ -9,6 +9,7 @@ there fails here in the env of the release that contradicts it.
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import importlib
 import importlib.util
@@ -235,6 +236,41 @@ def source_of(module: str) -> str:
     assert spec is not None, f"sglang {INSTALLED} has no module {module}"
     assert spec.origin, f"{module} has no source file"
     return Path(spec.origin).read_text()
+
+
+def class_def(module: str, name: str) -> ast.ClassDef:
+    """The ``class`` statement ``name`` at the top of ``module``'s source."""
+    found = [n for n in ast.parse(source_of(module)).body if isinstance(n, ast.ClassDef) and n.name == name]
+    assert found, f"sglang {INSTALLED}: no class {name} in {module}"
+    return found[0]
+
+
+def test_running_probe_wraps_the_method_this_release_runs_every_batch_with() -> None:
+    """The running-batch probe's layout in this release's source (read, not imported: the scheduler's imports want a
+    GPU): ``Scheduler.run_batch`` with the parameters the probe relies on, defined in the scheduler module (no
+    mixin's); ``run_scheduler_process`` loads the plugins from inside that module, so it is imported when the probe
+    installs; the batch has ``reqs`` and ``forward_mode``, whose ``ForwardMode`` has ``is_decode`` and ``is_mixed``."""
+    scheduler = class_def(sv.SCHEDULER_MODULE, sv.SCHEDULER_CLASS)
+    methods = {f.name: f for f in scheduler.body if isinstance(f, ast.FunctionDef)}
+    assert sv.RUN_BATCH_METHOD in methods, f"sglang {INSTALLED}: {sv.SCHEDULER_CLASS} has no {sv.RUN_BATCH_METHOD}"
+    args = methods[sv.RUN_BATCH_METHOD].args
+    problem = sv.run_batch_problem([a.arg for a in (*args.posonlyargs, *args.args)])
+    assert problem is None, f"sglang {INSTALLED}: {sv.SCHEDULER_CLASS}.{sv.RUN_BATCH_METHOD} {problem}"
+    (run,) = [n for n in ast.parse(source_of(sv.SCHEDULER_MODULE)).body
+              if isinstance(n, ast.FunctionDef) and n.name == "run_scheduler_process"]
+    calls: dict[str, int] = {}
+    for c in ast.walk(run):
+        if isinstance(c, ast.Call) and isinstance(c.func, ast.Name):
+            calls[c.func.id] = min(c.lineno, calls.get(c.func.id, c.lineno))
+    # Before the Scheduler exists: 0.5.23 wraps the instance's bound run_batch (forward-pass metrics), so the class
+    # must carry the probe by then.
+    assert calls.get("load_plugins", 1 << 30) < calls.get(sv.SCHEDULER_CLASS, 0), (
+        f"sglang {INSTALLED}: run_scheduler_process calls {sorted(calls)}")
+    batch = class_def("sglang.srt.managers.schedule_batch", "ScheduleBatch")
+    fields = {n.target.id for n in batch.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    assert {"reqs", "forward_mode"} <= fields, f"sglang {INSTALLED}: ScheduleBatch fields {sorted(fields)}"
+    mode = class_def("sglang.srt.model_executor.forward_batch_info", "ForwardMode")
+    assert {"is_decode", "is_mixed"} <= {f.name for f in mode.body if isinstance(f, ast.FunctionDef)}
 
 
 def server_args_fields() -> set[str]:

@@ -53,6 +53,17 @@ def test_the_ipc_cache_layout_is_read_from_the_code() -> None:
     assert sv.ipc_cache_layout(("wrap_tensor",)) is None
 
 
+def test_the_running_batch_probe_knows_one_layout() -> None:
+    """``Scheduler.run_batch(self, batch, pp_proxy_tensors=None)`` in every checked release (0.5.16 scheduler.py:3290,
+    0.5.20 :4245, 0.5.23 :4614): the probe relies on its first two parameters only."""
+    assert (sv.SCHEDULER_MODULE, sv.SCHEDULER_CLASS, sv.RUN_BATCH_METHOD) == (
+        "sglang.srt.managers.scheduler", "Scheduler", "run_batch")
+    assert sv.run_batch_problem(["self", "batch", "pp_proxy_tensors"]) is None
+    assert sv.run_batch_problem(["self", "batch"]) is None
+    assert sv.run_batch_problem(["self", "forward_batch"]) == "takes (self, forward_batch), not (self, batch, ...)"
+    assert sv.run_batch_problem(["self"]) == "takes (self), not (self, batch, ...)"
+
+
 def test_a_newer_release_is_not_assumed_to_keep_any_layout() -> None:
     v = sv.parse("0.6.0")
     assert sv.is_newer_than_checked(v)
