@@ -4,7 +4,8 @@ With ``--pp-max-micro-batch-size`` unset SGLang caps each micro-batch at ``max_r
 (0.5.16 ``scheduler.py:893-899``). For each depth PP in 2, 4, 8 (the seed's PP8), three arms on PP GPUs at one
 concurrency C above M // PP: pp with the auto cap (its hidden cap is the point, so the config lint does not stop
 it), pp with an explicit cap of M, and the TP=PP reference of the seed's comparison. The scheduler's running
-requests (``/metrics``, the largest micro-batch any scheduler reports) must reach min(C, M) on the explicit arm;
+requests (``running_requests_max``: the largest micro-batch any one scheduler process ran in a segment, from its own
+count of every batch, ``engine.running``) must reach min(C, M) on the explicit arm;
 on the auto arm that is a strict expected failure in the releases
 ``PP_MICROBATCH_CAP`` names. A runner with fewer GPUs than PP
 skips that depth with the reason; ``--perf-gpus 0,1,...`` names the GPUs.
