@@ -17,11 +17,11 @@ from matplotlib.figure import Figure
 from engine_fixtures.judge.gating import gating
 from engine_fixtures.judge.metrics import is_known, metric
 from engine_fixtures.judge.rows import Verdict
-from engine_fixtures.store.results import RunResult
+from engine_fixtures.store.results import BLOCK_KEY, RunResult
 
 COLOURS = {"regression": "tab:red", "inconclusive": "goldenrod", "improvement": "tab:purple", "pass": "tab:green"}
 REFERENCE_SUFFIX = "/build=reference"
-BLOCK = 2  # an ABBA block holds two windows of each build
+BLOCK = 2  # an ABBA block holds two windows of each build (for results that do not name each window's block)
 
 
 def _relative(v: Verdict, x: float | None) -> float | None:
@@ -68,17 +68,17 @@ def forest(scenario: str, verdicts: Sequence[Verdict]) -> Figure | None:
 
 
 def ab_ratios(candidate: RunResult, reference: RunResult, names: Sequence[str] = ()) -> Figure | None:
-    """Per-block candidate/reference ratios in measurement order for the A/B's gating metrics (the windows of
-    block i are ``2i, 2i+1`` of each build); instance pairs are shaded apart when the result says how many."""
+    """Per-block candidate/reference ratios in measurement order for the A/B's gating metrics (each sample's block
+    is ``metadata["window_block"]`` at its window, else the windows of block i are ``2i, 2i+1`` of each build);
+    instance pairs are shaded apart when the result says how many."""
     names = [n for n in (names or gating(candidate.samples, candidate.arm)) if n in reference.samples
              and is_known(n) and metric(n).scale.name == "log"]
     series = {}
     for n in names:
-        b, a = np.log(candidate.samples[n]), np.log(reference.samples[n])
-        blocks = min(len(a), len(b)) // BLOCK
-        if blocks >= 2:
-            series[n] = [math.exp(b[i * BLOCK:(i + 1) * BLOCK].mean() - a[i * BLOCK:(i + 1) * BLOCK].mean())
-                         for i in range(blocks)]
+        b, a = _block_logs(candidate, n), _block_logs(reference, n)
+        both = sorted(set(a) & set(b))
+        if len(both) >= 2:
+            series[n] = [math.exp(np.mean(b[k]) - np.mean(a[k])) for k in both]
     if not series:
         return None
     fig = Figure(figsize=(7.5, 3.2))
@@ -101,6 +101,17 @@ def ab_ratios(candidate: RunResult, reference: RunResult, names: Sequence[str] =
     ax.set_title(f"A/B per block: {candidate.scenario} (dotted: the declared A/B size, bad direction)", fontsize=8)
     ax.legend(fontsize=6)
     return fig
+
+
+def _block_logs(r: RunResult, name: str) -> dict[int, list[float]]:
+    """The logs of ``samples[name]`` by block (see ``ab_ratios``): a per-segment metric has one value per segment."""
+    blocks = r.aligned(BLOCK_KEY, name)
+    if blocks is None:
+        blocks = [i // BLOCK for i in range(len(r.samples[name]))]
+    out: dict[int, list[float]] = {}
+    for k, v in zip(blocks, np.log(r.samples[name]), strict=True):
+        out.setdefault(int(k), []).append(float(v))
+    return out
 
 
 def ab_pairs(results: Sequence[RunResult]) -> list[tuple[RunResult, RunResult]]:

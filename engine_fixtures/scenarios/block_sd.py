@@ -22,9 +22,9 @@ from engine_fixtures.judge.blocks import block_effect
 from engine_fixtures.loadgen.latency import tpot_values
 from engine_fixtures.loadgen.stream import finished_in, progress_rate
 from engine_fixtures.loadgen.stream_driver import warmup_end
-from engine_fixtures.scenarios.live_runs import BLOCK_KEY, VISIT_KEY
+from engine_fixtures.scenarios.live_runs import VISIT_KEY
 from engine_fixtures.scenarios.segment import stored_window
-from engine_fixtures.store.results import ResultsFile, RunResult
+from engine_fixtures.store.results import BLOCK_KEY, ResultsFile, RunResult
 
 REQUESTS_KEY = "requests"
 STATISTICS: Mapping[str, Callable[[np.ndarray], float]] = {
@@ -72,13 +72,12 @@ def _arm_windows(result: RunResult, warmup_rule: bool) -> list[tuple[int, dict[s
     blocks, visits, stored = meta.get(BLOCK_KEY), meta.get(VISIT_KEY), meta.get(REQUESTS_KEY)
     if not (blocks and visits and stored) or not len(blocks) == len(visits) == len(stored):
         raise BaselineError(f"{result.scenario}: its windows' blocks, visits and requests are not all stored alike")
-    out = []
-    for i, (block, (_visit, nth), window) in enumerate(zip(blocks, visits, stored, strict=True)):
-        values = window_values(window, warmup_rule and nth == 0)
-        for name, samples in result.samples.items():  # per-window samples only (one per window)
-            if (name in STORED or name.startswith(STORED_PREFIX)) and len(samples) == len(blocks):
-                values[name] = float(samples[i])
-        out.append((int(block), values))
+    out = [(int(block), window_values(window, warmup_rule and nth == 0))
+           for block, (_visit, nth), window in zip(blocks, visits, stored, strict=True)]
+    for name, samples in result.samples.items():  # each stored sample on its own window (RunResult.windows_of)
+        if (name in STORED or name.startswith(STORED_PREFIX)) and result.aligned(BLOCK_KEY, name) is not None:
+            for i, value in zip(result.windows_of(name), samples, strict=True):
+                out[i][1][name] = float(value)
     return out
 
 

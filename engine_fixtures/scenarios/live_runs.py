@@ -31,7 +31,6 @@ from engine_fixtures.scenarios.live import REPORTED_WHY, Arm, Contrast, LiveGrou
 Window = tuple[int, dict[str, float]]  # (block index, the window's values)
 ArmWindows = Mapping[str, Sequence[Window]]
 Visit = Callable[[Arm, int], list[dict[str, float]]]
-BLOCK_KEY = "window_block"  # RunResult.metadata: the mirrored block each window belongs to
 VISIT_KEY = "window_visit"  # RunResult.metadata: [visit number, window number in that visit] of each window
 
 

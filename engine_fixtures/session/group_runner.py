@@ -46,7 +46,7 @@ from engine_fixtures.session.gpu_runner import GpuRunner
 from engine_fixtures.session.params import apply_quota_setting
 from engine_fixtures.session.recorder import conclude, conclude_contrast
 from engine_fixtures.store.null_history import NullHistory, null_entry, shape_key
-from engine_fixtures.store.results import RunResult
+from engine_fixtures.store.results import BLOCK_KEY, RunResult
 
 GROUP_KEY = "window_instance_group"
 
@@ -197,7 +197,7 @@ class EngineGroupRunner(GpuRunner):
             windows = run.windows[m.name]
             meta = {"group": group.id, "group_member": m.name, "blocks": len(run.block_unit),
                     "instance_groups": run.instances, "blocks_per_instance": blocks,
-                    "window_block": [b for b, _ in windows], GROUP_KEY: [run.block_unit[b] for b, _ in windows],
+                    BLOCK_KEY: [b for b, _ in windows], GROUP_KEY: [run.block_unit[b] for b, _ in windows],
                     "looks": run.progress.looks, "alpha_per_look": run.alpha_per_look,
                     "budget_instance_groups": run.budget_units, "undecided_at_budget": list(run.progress.undecided),
                     "requests": requests.get(m.name, [])}

@@ -42,7 +42,6 @@ from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.figures import SeedFigure, measure_figure
 from engine_fixtures.scenarios.live import Arm, Contrast, LiveGroup
 from engine_fixtures.scenarios.live_runs import (
-    BLOCK_KEY,
     VISIT_KEY,
     LiveRun,
     contrast_verdicts,
@@ -62,6 +61,7 @@ from engine_fixtures.session.recorder import (
     unreadable_of,
 )
 from engine_fixtures.store.baselines import Baseline
+from engine_fixtures.store.results import BLOCK_KEY
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ READABLE_VERSIONS = (1, 2)
 
 Samples = Mapping[str, tuple[float, ...]]
 SAMPLE_WINDOWS_KEY = "sample_windows"  # metadata: metric -> the window index of each sample, where not every window
+BLOCK_KEY = "window_block"  # metadata: the mirrored block each window belongs to (live arms, groups of engines)
 
 # An indented list of numbers that starts its own line, i.e. an element of a list (a dict's list follows its key
 # on the key's line). JSON strings hold no raw newline, so the match never reaches into one.

@@ -25,7 +25,7 @@ import numpy as np
 from scipy import stats
 
 from engine_fixtures.judge.blocks import effects_by_block
-from engine_fixtures.store.results import ResultsFile, RunResult
+from engine_fixtures.store.results import BLOCK_KEY, ResultsFile, RunResult
 
 BETWEEN = "requests_per_s=0.043,ttft_p50_ms=0.045,tpot_p50_ms=0.031"
 
@@ -46,7 +46,7 @@ def separate_arm(f: ResultsFile, copy: str) -> RunResult:
 
 def live_ratio(ref: RunResult, cand: RunResult, name: str) -> tuple[float, float, float, int]:
     def paired(r: RunResult) -> tuple[list[float], list[int]]:
-        blocks = r.aligned("window_block", name)  # the block of each window that has the metric
+        blocks = r.aligned(BLOCK_KEY, name)  # the block of each window that has the metric
         if blocks is None:
             raise SystemExit(f"{r.scenario}: the windows of {name} cannot be lined up with their blocks (a result "
                              "written before sparse metrics named their windows)")

@@ -18,8 +18,7 @@ from pathlib import Path
 from engine_fixtures.judge.levels import figure_rows
 from engine_fixtures.report.seed import overall, write_pngs
 from engine_fixtures.scenarios.figures import measure_figure
-from engine_fixtures.scenarios.live_runs import BLOCK_KEY
-from engine_fixtures.store.results import ResultsFile
+from engine_fixtures.store.results import BLOCK_KEY, ResultsFile
 from perf_tests.sglang.gpu_tier.seed_matrix import FIGURES
 
 Windows = list[tuple[int, dict[str, float]]]

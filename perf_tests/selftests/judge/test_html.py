@@ -70,3 +70,19 @@ def test_a_bounded_contrasts_diamond_is_what_a_pass_excludes_and_its_text_what_i
     assert 100 * v.excludes in drawn
     assert 100 * v.detectable not in drawn
     assert [t.get_text() for t in ax.texts] == [f"pass -5.0%, catches {100 * v.detectable:.0f}% beyond the bound"]
+
+
+def test_ab_blocks_take_each_windows_block_and_a_per_segment_value_once() -> None:
+    """A per-segment metric (one value per visit, on its first window) is put in its window's block, never read as
+    the windows ``2i, 2i+1``."""
+    from engine_fixtures.report.forest import ab_ratios
+
+    meta = {"window_block": [0, 0, 1, 1], "sample_windows": {"rebuild_ms_per_image": [0, 2]}}
+    ref = RunResult("engine/x=1/c=16/build=reference", {"x": "1"},
+                    {"requests_per_s": (30.0, 30.0, 31.0, 31.0), "rebuild_ms_per_image": (2.0, 3.0)}, metadata=meta)
+    cand = RunResult("engine/x=1/c=16", {"x": "1"},
+                     {"requests_per_s": (33.0, 33.0, 31.0, 31.0), "rebuild_ms_per_image": (2.2, 3.0)}, metadata=meta)
+    lines = {line.get_label(): list(line.get_ydata()) for line in
+             ab_ratios(cand, ref, ("requests_per_s", "rebuild_ms_per_image")).axes[0].lines}
+    assert lines["requests_per_s"] == pytest.approx([1.1, 1.0])
+    assert lines["rebuild_ms_per_image"] == pytest.approx([1.1, 1.0])
