@@ -85,6 +85,17 @@ class SeriesPoint:
         return not self.injection and not self.reference and self.outcome not in BAD
 
 
+def _sample_rows(metric_pk: int, name: str, result: RunResult) -> list[dict[str, Any]]:
+    """The samples table's rows of one metric: a measured value under the index of its window (a per-segment value
+    sits on its segment's first window, ``RunResult.windows_of``), warmup values in order."""
+    measured = result.samples.get(name, ())
+    where = result.windows_of(name) if measured else ()
+    return ([{"metric_pk": metric_pk, "warmup": False, "window_index": i, "value": v}
+             for i, v in zip(where, measured, strict=True)]
+            + [{"metric_pk": metric_pk, "warmup": True, "window_index": i, "value": v}
+               for i, v in enumerate(result.warmup.get(name, ()))])
+
+
 class HistoryStore:
     """A run history at one URL. ``open`` creates the schema in an empty database and refuses other revisions."""
 
@@ -171,10 +182,7 @@ class HistoryStore:
             metrics.insert().returning(metrics.c.id, metrics.c.name, sort_by_parameter_order=True),
             [{"result_pk": result_pk, "name": n, "status": statuses.get(n, "unjudged")} for n in names],
         ).all()
-        rows = [{"metric_pk": pk, "warmup": warm, "window_index": i, "value": v}
-                for pk, name in ids
-                for warm, table in ((False, result.samples), (True, result.warmup))
-                for i, v in enumerate(table.get(name, ()))]
+        rows = [row for pk, name in ids for row in _sample_rows(pk, name, result)]
         if rows:
             conn.execute(samples.insert(), rows)
 

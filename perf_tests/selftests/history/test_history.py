@@ -67,6 +67,29 @@ def test_committed_results_of_both_formats_round_trip_exactly(history_url: str, 
     assert all(Path(formats[f.run_id]).is_file() for f in files)
 
 
+def test_a_per_segment_value_is_stored_under_its_windows_index(history_url: str, tmp_path: Path) -> None:
+    """A per-segment metric (one value per segment, on its first window) keeps the index of its window, and the
+    result reads back exactly, its sample_windows with it."""
+    from dataclasses import replace
+
+    from engine_fixtures.store.results import RunResult
+
+    rf = make_run(1, 1)
+    r = rf.results[0]
+    sparse = RunResult(r.scenario, r.arm, {**r.samples, "running_requests_max": (16.0, 15.0)}, r.warmup,
+                       {**r.metadata, "sample_windows": {"running_requests_max": [0, 3]}})
+    rf = replace(rf, results=(sparse, *rf.results[1:]))
+    with open_store(history_url, tmp_path) as store:
+        assert store.append(rf)
+        (back,) = store.load([rf.run_id])
+        assert back == rf
+        assert back.results[0].windows_of("running_requests_max") == (0, 3)
+        with store.engine.connect() as conn:
+            stored = conn.execute(sa.text("SELECT s.window_index FROM samples s JOIN metrics m ON s.metric_pk = m.id "
+                                          "WHERE m.name = 'running_requests_max' ORDER BY s.window_index")).all()
+        assert [i for (i,) in stored] == [0, 3]
+
+
 def test_the_fleet_questions_are_queries(history_url: str, tmp_path: Path) -> None:
     with open_store(history_url, tmp_path) as store:
         for w in (1, 2):
