@@ -220,7 +220,8 @@ def test_a_pool_pass_has_its_point_estimate_within_the_pools_flag_threshold(
     if d.status == "pass":
         se_ref, df_ref = model.prediction(model.typical_windows)
         assert d.effect <= max(FLOOR, q(0.99, df_ref) * se_ref) + 1e-12
-        assert d.detectable is not None and d.effect + q(0.90, d.df) * d.se <= d.detectable + 1e-12
+        assert d.detectable is not None
+        assert d.effect + q(0.90, d.df) * d.se <= d.detectable + 1e-12
 
 
 def test_a_pool_too_wide_to_gate_says_so_and_how_many_runs_would_do() -> None:
