@@ -90,6 +90,11 @@ class Arm:
                               "first (Arm.resolved)")
         return LiveArm(self.copy, self.ipc_cache, self.threads, self.patches)  # type: ignore[arg-type]
 
+    @property
+    def patch_ms(self) -> dict[str, float]:
+        """The named patches and their milliseconds (what ``LiveArm.patch_ms`` reads, without resolving the arm)."""
+        return {str(n): float(ms) for n, ms in self.patches}
+
     def resolved(self, cores: float | None) -> Arm:
         """This arm with ``threads=QUOTA_THREADS`` made concrete for its applied quota of ``cores``: the cap that
         stops the idle intra-op threads from spinning the quota away is the quota's whole cores (the seed's
@@ -218,8 +223,8 @@ class LiveGroup:
             roles.append("http_server")
         if ref.ipc_cache != cand.ipc_cache:
             roles.append("scheduler")
-        for name in sorted(set(ref.live().patch_ms) | set(cand.live().patch_ms)):
-            if ref.live().patch_ms.get(name) != cand.live().patch_ms.get(name):
+        for name in sorted(set(ref.patch_ms) | set(cand.patch_ms)):
+            if ref.patch_ms.get(name) != cand.patch_ms.get(name):
                 roles.append(PATCH_ROLES.get(name, "http_server"))
         out: list[str] = []
         for m in contrast.metrics:

@@ -200,6 +200,19 @@ def test_a_thread_cap_at_the_quota_is_the_quotas_whole_cores() -> None:
         Arm("bad", threads="all")
 
 
+def test_a_contrast_with_a_quota_capped_arm_is_judged_before_and_after_resolving() -> None:
+    """The H200's nightly of 2026-12-03 measured the capped arm (resolved in the runner) but its test then judged the
+    declared group, whose families() resolved the arm's LiveArm and raised: the verdicts were lost."""
+    engine = EngineScenario("g", transport="cpu", concurrency=16, quota="quarter")
+    group = LiveGroup("g", engine, arms=(Arm("buffer", copy="buffer"), Arm("capped", threads="quota")),
+                      contrasts=(Contrast("capped >= 0.9x buffer", "buffer", "capped", 0.9),))
+    windows = {a: tuple((b, {"requests_per_s": 20.0 + 0.1 * b}) for b in range(5)) for a in ("buffer", "capped")}
+    for g in (group, group.resolved(lambda _a: 4.0)):
+        assert "cpu_s_per_request.http_server" in g.families(g.contrasts[0])
+        (row,) = contrast_verdicts(g, g.contrasts[0], windows, budget=10, alpha=0.01)
+        assert row.metric == "requests_per_s"
+
+
 def test_measured_rows_serve_their_first_blocks_and_switch_the_load_live() -> None:
     engine = EngineScenario("g", transport="cpu", concurrency=16)
     group = LiveGroup("g", engine, arms=(Arm("a"), Arm("b", copy="buffer"), Arm("c1", concurrency=1, blocks=2),
