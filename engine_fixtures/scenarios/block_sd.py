@@ -19,6 +19,7 @@ from scipy import stats
 
 from engine_fixtures.errors import BaselineError
 from engine_fixtures.judge.blocks import block_effect
+from engine_fixtures.judge.decide import MIN_BLOCKS
 from engine_fixtures.loadgen.latency import tpot_values
 from engine_fixtures.loadgen.stream import finished_in, progress_rate
 from engine_fixtures.loadgen.stream_driver import warmup_end
@@ -98,7 +99,8 @@ def _sd(reference: Sequence[tuple[int, dict[str, float]]], candidate: Sequence[t
 
 
 def block_sd_rows(files: Sequence[tuple[str, ResultsFile]]) -> tuple[dict[str, list[PairRow]], dict[str, Any]]:
-    """Per mode, a row per pair of full-block arms of each live group in ``files``; and the same as JSON data."""
+    """Per mode, a row per pair of arms of each live group in ``files`` served together in >= ``MIN_BLOCKS`` blocks;
+    and the same as JSON data."""
     tables: dict[str, list[PairRow]] = {m: [] for m in MODES}
     for source, results in files:
         groups: dict[str, dict[str, RunResult]] = {}
@@ -106,11 +108,13 @@ def block_sd_rows(files: Sequence[tuple[str, ResultsFile]]) -> tuple[dict[str, l
             if r.metadata.get(REQUESTS_KEY) and "live_group" in r.metadata:
                 groups.setdefault(str(r.metadata["live_group"]), {})[str(r.metadata["live_arm"])] = r
         for group, arms in groups.items():
-            full = max(len(set(r.metadata[BLOCK_KEY])) for r in arms.values())
-            served = sorted(a for a, r in arms.items() if len(set(r.metadata[BLOCK_KEY])) == full)
+            blocks = {a: set(r.metadata[BLOCK_KEY]) for a, r in arms.items()}
+            # every pair served together in >= MIN_BLOCKS blocks: an arm dropped once its contrasts were decided
+            # (or a row of its first blocks) pairs over the blocks it shared
+            pairs = [(a, b) for a, b in combinations(sorted(arms), 2) if len(blocks[a] & blocks[b]) >= MIN_BLOCKS]
             for mode in MODES:
-                windows = {a: _arm_windows(arms[a], mode == "warm-up rule") for a in served}
-                for ref, cand in combinations(served, 2):
+                windows = {a: _arm_windows(arms[a], mode == "warm-up rule") for a in sorted(arms)}
+                for ref, cand in pairs:
                     names = sorted({n for _, w in windows[ref] for n in w} & {n for _, w in windows[cand] for n in w})
                     sds = {n: _sd(windows[ref], windows[cand], n) for n in names}
                     tables[mode].append(PairRow(source, group, f"{cand} vs {ref}", max(k for _, k in sds.values()),

@@ -10,13 +10,14 @@ as ``scenarios.segment.window_requests`` writes it), so any window statistic can
   and continuous (the time-weighted progress rate, ``loadgen.stream.progress_rate``, the judged ``requests_per_s``):
   the windows, both means and both within-run coefficients of variation.
 - ``--blocks``: what a live contrast's interval rests on, the per-block sd of the effect ``mean log(candidate) - mean
-  log(reference)`` (GPU utilisation: the difference in points), for every pair of arms of a live group served in every
-  block (the contrasts are among them), per family and window statistic: req/s (continuous), TTFT and TPOT each as
-  p50, mean, geometric mean and 20 % trimmed mean of the window's per-request values, and the stored role CPU per
-  request and GPU utilisation. Twice: on the windows as stored, and with the warm-up rule of the stream applied
-  after the fact (each visit's first window starts once every request sent before it has completed: the wave in
-  flight at the old fixed warm-up's end is left out; the window is shortened, where a run under the rule shifts
-  it). The closing table names, per family, the statistic with the smallest root-mean-square sd over the pairs.
+  log(reference)`` (GPU utilisation: the difference in points), for every pair of arms of a live group served
+  together in at least three blocks (the contrasts are among them), per family and window statistic: req/s
+  (continuous), TTFT and TPOT each as p50, mean, geometric mean and 20 % trimmed mean of the window's per-request
+  values, and the stored role CPU per request and GPU utilisation. Twice: on the windows as stored, and with the
+  warm-up rule of the stream applied after the fact (each visit's first window starts once every request sent before
+  it has completed: the wave in flight at the old fixed warm-up's end is left out; the window is shortened, where a
+  run under the rule shifts it; read "as stored" for files recorded under the rule). The closing table names, per
+  family, the statistic with the smallest root-mean-square sd over the pairs.
 
 Results without stored requests (older files, the CPU tier) are named below the table.
 """
