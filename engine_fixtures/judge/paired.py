@@ -38,8 +38,10 @@ def _margin(m: Metric, bound: float, ref: float) -> float:
 def _shown(m: Metric) -> Callable[[float], str]:
     """How a contrast's reason writes an effect (judged scale, > 0 worse): the candidate's ratio to the reference
     in the metric's good direction (as the bound reads), or the change in the metric's unit."""
-    if m.scale.name == "log":
-        return lambda e: f"{math.exp(-e):.3f}x"
+    if m.scale.name == "log":  # a latency's good-direction ratio is reference / candidate: say so beside the
+        # message's paired ratio (candidate / reference), or "0.970x" next to "1.030x" reads as a contradiction
+        side = "" if m.direction == "higher" else " (reference / candidate)"
+        return lambda e: f"{math.exp(-e):.3f}x{side}"
     return lambda e: f"{e:.3g} {m.unit} worse"
 
 
