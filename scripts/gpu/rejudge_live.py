@@ -41,7 +41,8 @@ def main() -> None:
         meta = r.metadata
     if not windows:
         raise SystemExit(f"{args.results}: no result of live group {group.id}")
-    print(f"{group.id}: {meta['blocks']} blocks, alpha per look {meta['alpha_per_look']}, budget {meta['budget_blocks']}")
+    print(f"{group.id}: {meta['blocks']} blocks, alpha per look {meta['alpha_per_look']}, "
+          f"budget {meta['budget_blocks']}")
     for c in group.contrasts:
         for v in contrast_verdicts(group, c, windows, budget=meta["budget_blocks"], alpha=meta["alpha_per_look"]):
             catches = "-" if v.detectable is None else f"{v.detectable:.3g}"
