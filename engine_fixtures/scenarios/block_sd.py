@@ -18,7 +18,7 @@ from rich.table import Table
 from scipy import stats
 
 from engine_fixtures.errors import BaselineError
-from engine_fixtures.judge.blocks import block_effect
+from engine_fixtures.judge.blocks import effects_by_block
 from engine_fixtures.judge.decide import MIN_BLOCKS
 from engine_fixtures.loadgen.latency import tpot_values
 from engine_fixtures.loadgen.stream import finished_in, progress_rate
@@ -69,33 +69,28 @@ def window_values(window: Mapping[str, Any], warmup_rule: bool) -> dict[str, flo
 
 
 def _arm_windows(result: RunResult, warmup_rule: bool) -> list[tuple[int, dict[str, float]]]:
-    meta = result.metadata
-    blocks, visits, stored = meta.get(BLOCK_KEY), meta.get(VISIT_KEY), meta.get(REQUESTS_KEY)
-    if not (blocks and visits and stored) or not len(blocks) == len(visits) == len(stored):
+    """The arm's windows (``RunResult.block_windows``) with TTFT, TPOT and req/s recomputed from the stored requests
+    and the stored role CPU and GPU utilisation kept."""
+    visits, stored = result.metadata.get(VISIT_KEY), result.metadata.get(REQUESTS_KEY)
+    windows = result.block_windows()
+    if not (visits and stored) or not len(windows) == len(visits) == len(stored):
         raise BaselineError(f"{result.scenario}: its windows' blocks, visits and requests are not all stored alike")
-    out = [(int(block), window_values(window, warmup_rule and nth == 0))
-           for block, (_visit, nth), window in zip(blocks, visits, stored, strict=True)]
-    for name, samples in result.samples.items():  # each stored sample on its own window (RunResult.windows_of)
-        if (name in STORED or name.startswith(STORED_PREFIX)) and result.aligned(BLOCK_KEY, name) is not None:
-            for i, value in zip(result.windows_of(name), samples, strict=True):
-                out[i][1][name] = float(value)
-    return out
+    return [(block, {**window_values(window, warmup_rule and nth == 0),
+                     **{n: v for n, v in values.items() if n in STORED or n.startswith(STORED_PREFIX)}})
+            for (block, values), (_visit, nth), window in zip(windows, visits, stored, strict=True)]
 
 
 def _sd(reference: Sequence[tuple[int, dict[str, float]]], candidate: Sequence[tuple[int, dict[str, float]]],
         name: str) -> tuple[float, int]:
-    effects = []
-    for b in sorted({b for b, _ in reference} & {b for b, _ in candidate}):
-        ref = [w[name] for k, w in reference if k == b and name in w and math.isfinite(w[name])]
-        cand = [w[name] for k, w in candidate if k == b and name in w and math.isfinite(w[name])]
-        metric = "gpu_util_mean" if name in STORED else "requests_per_s"  # linear or log: the effect's scale
-        e = block_effect(metric, ref, cand)
-        if e is not None:
-            effects.append(e)
+    """The per-block sd of the effect (``judge.blocks.effects_by_block``), % on the log scale, points for GPU."""
+    metric = "gpu_util_mean" if name in STORED else "requests_per_s"  # a registered metric of the same scale
+    ref = [(b, w[name]) for b, w in reference if name in w and math.isfinite(w[name])]
+    cand = [(b, w[name]) for b, w in candidate if name in w and math.isfinite(w[name])]
+    effects = effects_by_block(metric, [v for _, v in ref], [b for b, _ in ref], [v for _, v in cand],
+                               [b for b, _ in cand])
     if len(effects) < 2:
         return math.nan, len(effects)
-    scale = 1.0 if name in STORED else 100.0
-    return scale * float(np.std(effects, ddof=1)), len(effects)
+    return (1.0 if name in STORED else 100.0) * float(np.std(effects, ddof=1)), len(effects)
 
 
 def block_sd_rows(files: Sequence[tuple[str, ResultsFile]]) -> tuple[dict[str, list[PairRow]], dict[str, Any]]:

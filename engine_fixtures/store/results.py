@@ -7,7 +7,8 @@ Contract:
 - A metric measured in only some of the windows (a per-segment value, on the segment's first window; a role that
   idled) names its windows in ``metadata["sample_windows"][metric]`` (their indices, in order; checked against the
   samples at construction); ``windows_of(metric)`` reads it, every window in order where it says nothing, and
-  ``aligned(key, metric)`` picks a per-window metadata list (``window_instance``, ``window_block``) for the samples.
+  ``aligned(key, metric)`` picks a per-window metadata list (``window_instance``, ``window_block``) for the samples,
+  and ``block_windows()`` gives a live arm's windows back as ``(block, values)``, as its runner held them.
 - An empty sample tuple is rejected: "zero completed requests" must be a ``MeasurementError``
   raised by the producer, never a result.
 - JSON: ``to_json()``/``from_json()`` are exact inverses; ``ResultsFile`` carries ``format_version``
@@ -98,6 +99,19 @@ class RunResult:
         """The window index of each of ``samples[name]`` (see the module docstring)."""
         where = dict(self.metadata.get(SAMPLE_WINDOWS_KEY) or {}).get(name)
         return tuple(int(i) for i in where) if where is not None else tuple(range(len(self.samples[name])))
+
+    def block_windows(self) -> list[tuple[int, dict[str, float]]]:
+        """The windows as the live runner held them, ``(block, {metric: value})`` in order: every sample on its own
+        window (``windows_of``), each window labelled with its mirrored block (``metadata["window_block"]``).
+        ``ValueError`` where the result keeps no blocks (not a live arm or group member)."""
+        blocks = self.metadata.get(BLOCK_KEY)
+        if not isinstance(blocks, (list, tuple)) or not blocks:
+            raise ValueError(f"{self.scenario}: no metadata[{BLOCK_KEY!r}]: not the windows of a live arm or group")
+        windows: list[tuple[int, dict[str, float]]] = [(int(b), {}) for b in blocks]
+        for name, values in self.samples.items():
+            for i, value in zip(self.windows_of(name), values, strict=True):
+                windows[i][1][name] = value
+        return windows
 
     def aligned(self, key: str, name: str) -> list[Any] | None:
         """The per-window metadata list ``metadata[key]`` at the windows of ``samples[name]``; None when the result

@@ -3,9 +3,9 @@
     python scripts/gpu/rejudge_live.py RESULTS.json MODULE GROUP [--cores N]
 
 MODULE names the test module that declares the group (e.g. perf_tests.sglang.gpu_tier.seed_matrix) and GROUP its
-attribute (CPU, IPC). Each arm's windows are rebuilt from its result (its samples at their windows, each window's
-block), arms with ``threads="quota"`` are resolved for a quota of N cores (the run's; default 4, the H200's), and
-every contrast is judged by ``scenarios.live_runs.contrast_verdicts`` at the run's own per-look alpha and budget.
+attribute (CPU, IPC). Each arm's windows come back from its result (``RunResult.block_windows``), arms with
+``threads="quota"`` are resolved for a quota of N cores (the run's; default 4, the H200's), and every contrast is
+judged by ``scenarios.live_runs.contrast_verdicts`` at the run's own per-look alpha and budget.
 Nothing is measured. Used for the H200 nightly of 2026-12-03, whose capped-thread contrast was measured but whose
 test lost its verdicts to a bug fixed since (docs/results/h200-nightly-2026-12-03).
 """
@@ -17,7 +17,7 @@ import importlib
 from pathlib import Path
 
 from engine_fixtures.scenarios.live_runs import contrast_verdicts
-from engine_fixtures.store.results import BLOCK_KEY, ResultsFile
+from engine_fixtures.store.results import ResultsFile
 
 
 def main() -> None:
@@ -32,12 +32,7 @@ def main() -> None:
     for r in ResultsFile.load(args.results).results:
         if r.metadata.get("live_group") != group.id:
             continue
-        blocks = r.metadata[BLOCK_KEY]
-        ws: list[tuple[int, dict[str, float]]] = [(b, {}) for b in blocks]
-        for name, values in r.samples.items():
-            for i, v in zip(r.windows_of(name), values, strict=True):
-                ws[i][1][name] = v
-        windows[r.metadata["live_arm"]] = tuple(ws)
+        windows[r.metadata["live_arm"]] = tuple(r.block_windows())
         meta = r.metadata
     if not windows:
         raise SystemExit(f"{args.results}: no result of live group {group.id}")

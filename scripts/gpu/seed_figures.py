@@ -5,7 +5,7 @@
 A runner whose per-call time limit splits the matrix into parts (``K=...`` in ``gpu_tier.sh``) gets each part's
 figures in that part's report; this puts them on one sheet (``OUT_DIR/seed-figures.png``, one PNG per figure
 beside it) and prints each figure's rows. The levels are recomputed from the windows the results keep (each
-window's block, ``window_block``, and the windows of each metric, ``RunResult.windows_of``), with the same
+window's block and the windows of each metric, ``RunResult.block_windows``), with the same
 ``measure_figure`` the session used; a group measured in two of the given runs is refused (say which run to take).
 Nothing is measured here.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from engine_fixtures.judge.levels import figure_rows
 from engine_fixtures.report.seed import overall, write_pngs
 from engine_fixtures.scenarios.figures import measure_figure
-from engine_fixtures.store.results import BLOCK_KEY, ResultsFile
+from engine_fixtures.store.results import ResultsFile
 from perf_tests.sglang.gpu_tier.seed_matrix import FIGURES
 
 Windows = list[tuple[int, dict[str, float]]]
@@ -35,11 +35,7 @@ def windows_by_arm(paths: list[Path]) -> dict[tuple[str, str], Windows]:
                 continue
             if source.setdefault(group, path) != path:
                 raise SystemExit(f"live group {group} was measured in {source[group]} and {path}: give one of them")
-            windows: Windows = [(b, {}) for b in r.metadata[BLOCK_KEY]]
-            for name, values in r.samples.items():  # a per-segment metric is on its segment's first window only
-                for i, value in zip(r.windows_of(name), values, strict=True):
-                    windows[i][1][name] = value
-            out[(group, arm)] = windows
+            out[(group, arm)] = r.block_windows()
     return out
 
 
@@ -51,9 +47,11 @@ def main(argv: list[str]) -> int:
     windows = windows_by_arm(paths)
     results = []
     for fig in FIGURES:
-        missing = [g.id for g in fig.groups() if not any(k[0] == g.id for k in windows)]
-        if missing:
-            print(f"{fig.id}: not drawn, group(s) {', '.join(missing)} not in these runs")
+        wanted = [(p.group.id, p.arm) for p in fig.points] + [(g.id, a) for p in fig.points if p.minus
+                                                               for g, a in (p.minus,)]
+        missing = list(dict.fromkeys(f"{g}/{a}" for g, a in wanted if (g, a) not in windows))
+        if missing:  # e.g. runs of an older declaration, whose groups had other arms
+            print(f"{fig.id}: not drawn, arm(s) {', '.join(missing)} not in these runs")
             continue
         result = measure_figure(fig, lambda g, arm: windows[(g.id, arm)])
         results.append(result)

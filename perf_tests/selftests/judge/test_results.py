@@ -112,3 +112,16 @@ def test_a_metric_of_some_windows_names_them() -> None:
                     metadata={"window_instance": ["e1", "e1"]})  # written before: cannot be lined up
     assert old.aligned("window_instance", "tpot_p50_ms") is None
     assert old.aligned("window_instance", "requests_per_s") == ["e1", "e1"]
+
+
+def test_a_live_arms_windows_come_back_with_their_blocks() -> None:
+    """``block_windows``: every sample on its own window, each window with its block (what the studies and the
+    scripts rebuild a live arm's windows from)."""
+    r = RunResult("s", {}, {"requests_per_s": (1.0, 1.1, 1.2, 1.3), "running_requests_max": (16.0, 15.0)},
+                  metadata={**SPARSE, "window_block": [0, 0, 1, 1]})
+    assert r.block_windows() == [(0, {"requests_per_s": 1.0, "running_requests_max": 16.0}),
+                                 (0, {"requests_per_s": 1.1}),
+                                 (1, {"requests_per_s": 1.2, "running_requests_max": 15.0}),
+                                 (1, {"requests_per_s": 1.3})]
+    with pytest.raises(ValueError, match="not the windows of a live arm"):
+        RunResult("s", {}, {"requests_per_s": (1.0,)}).block_windows()
