@@ -16,7 +16,7 @@ runner's verdict rests on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 from engine_fixtures.engine.spec import EngineSpec
@@ -175,12 +175,11 @@ class LiveGroup:
                 raise ConfigError(f"live group {self.id}: arm {a.name} switches the IPC cache, but the engine's "
                                   f"transport is {self.engine.transport}; put it in a group with transport='cuda_ipc'")
 
-    def order(self, names: list[str], block: int, open_cells: Sequence[str] | None = None) -> list[str]:
+    def order(self, names: list[str], block: int, open_labels: Collection[str] | None = None) -> list[str]:
         """The arms of ``names`` served in ``block``: a measured row only in its first ``blocks``; an arm of contrasts
-        only while one of them is open (``open_cells``, as ``live_runs.open_cells`` names them at the last look; None
-        before the first look), so an arm whose known regression is already flagged, or whose contrasts are decided,
-        stops costing blocks. An arm in no contrast (a pool-only arm) is served in every block."""
-        open_labels = None if open_cells is None else {cell.rpartition(": ")[0] for cell in open_cells}
+        only while one of them is open (``open_labels``: the labels of the contrasts still undecided at the last look;
+        None before the first look), so an arm whose known regression is already flagged, or whose contrasts are
+        decided, stops costing blocks. An arm in no contrast (a pool-only arm) is served in every block."""
         needed = None if open_labels is None else {
             n for c in self.contrasts if c.label in open_labels for n in (c.reference, c.candidate)}
         contrasted = {n for c in self.contrasts for n in (c.reference, c.candidate)}

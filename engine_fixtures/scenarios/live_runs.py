@@ -55,7 +55,7 @@ def measure_live(group: LiveGroup, budget: Budget, visit: Visit,
     windows: dict[str, list[Window]] = {a.name: [] for a in group.arms}
     seen: dict[str, list[tuple[int, int]]] = {a.name: [] for a in group.arms}
     done = [0, 0]  # blocks, visits
-    looked: list[Sequence[str]] = []  # the open cells at each look: an arm none of them needs is not served
+    looked: list[set[str]] = []  # the contrasts open at each look: an arm none of them needs is not served
 
     def measure(n: int) -> None:
         for arm, blocks in plan(lambda b: group.order(order, b, looked[-1] if looked else None), done[0], n):
@@ -66,8 +66,9 @@ def measure_live(group: LiveGroup, budget: Budget, visit: Visit,
         done[0] += n
 
     def look(alpha: float) -> Sequence[str]:
-        looked.append(list(undecided(windows, alpha)))
-        return looked[-1]
+        cells = list(undecided(windows, alpha))
+        looked.append({contrast_of(cell) for cell in cells})
+        return cells
 
     progress = measure_until_decided(budget, measure, look)
     return LiveRun(tuple(order), {k: tuple(v) for k, v in windows.items()}, {k: tuple(v) for k, v in seen.items()},
@@ -99,6 +100,14 @@ def contrast_verdicts(group: LiveGroup, contrast: Contrast, windows: ArmWindows,
     return out
 
 
+CELL = "{label}: {metric}"  # an open contrast cell, as open_cells names it
+
+
+def contrast_of(cell: str) -> str:
+    """The contrast label of a cell ``open_cells`` named (metric names hold no ': ')."""
+    return cell.rpartition(": ")[0]
+
+
 def open_cells(group: LiveGroup, windows: ArmWindows, *, budget: int, alpha: float,
                floor: float | None = None) -> list[str]:
     """The contrast cells still undecided (what keeps the runner measuring). A contrast with a violated family is
@@ -107,5 +116,5 @@ def open_cells(group: LiveGroup, windows: ArmWindows, *, budget: int, alpha: flo
     for c in group.contrasts:
         rows = contrast_verdicts(group, c, windows, budget=budget, alpha=alpha, floor=floor)
         if not any(v.status == "regression" for v in rows):
-            out += [f"{c.label}: {v.metric}" for v in rows if v.status == "inconclusive"]
+            out += [CELL.format(label=c.label, metric=v.metric) for v in rows if v.status == "inconclusive"]
     return out

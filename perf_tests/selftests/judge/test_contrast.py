@@ -16,7 +16,7 @@ from engine_fixtures.judge.rows import worse_change
 from engine_fixtures.judge.simulate import contrast_outcomes
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.live import Arm, Contrast, LiveGroup
-from engine_fixtures.scenarios.live_runs import contrast_verdicts
+from engine_fixtures.scenarios.live_runs import contrast_of, contrast_verdicts
 
 
 def test_a_block_is_a_palindrome_so_a_linear_drift_cancels() -> None:
@@ -182,8 +182,8 @@ def test_an_arm_stops_being_served_once_no_open_contrast_needs_it() -> None:
     names = ["a", "b", "c", "pool"]
     assert group.order(names, 3) == names  # before the first look every arm is served
     # "b >= a" flagged (decided): a is needed by no open contrast; b still is; the pool-only arm always is
-    assert group.order(names, 3, ["b >= c: requests_per_s"]) == ["b", "c", "pool"]
-    assert group.order(names, 3, []) == ["pool"]
+    assert group.order(names, 3, {contrast_of("b >= c: requests_per_s")}) == ["b", "c", "pool"]
+    assert group.order(names, 3, set()) == ["pool"]
 
 
 def test_a_thread_cap_at_the_quota_is_the_quotas_whole_cores() -> None:
