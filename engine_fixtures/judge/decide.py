@@ -25,9 +25,12 @@ so that a whole clean run goes red at most 1 time in 20.
 Contrast (two arms of one live engine in mirrored blocks, ``decide_contrast``): the run's own blocks are the
 noise and the candidate may lose by a margin (``bound``). A pass promises two things: the point estimate is within
 the bound (``effect <= max(margin, floor)``), and the run excludes a worsening beyond the bound, either by
-resolution (it catches ``D - margin`` within the metric's contrast ceiling) or because the candidate is better
-than the reference beyond the noise. A point estimate beyond the bound that the run cannot flag yet is
-inconclusive: more blocks flag it or bring it back within the bound, or it stays so at the budget.
+resolution (it catches ``D - margin`` within the metric's contrast ceiling) or by its interval: the one-sided
+``1 - alpha`` upper limit of the effect, ``effect + t(1-alpha) se``, lies within the bound (the non-inferiority
+test; a candidate better than the reference beyond the noise is its special case). A point estimate beyond the bound
+that the run cannot flag yet is inconclusive: more blocks flag it or bring it back within the bound, or it stays so
+at the budget. A contrast goes red on one side only (a candidate better than the reference passes), so its family
+splits alpha over its metrics, not over two sides (``gate_alpha(..., sides=1)``).
 
 Groups of separate engines (the A/B of two builds, transports; ``decide_contrast`` with ``null``): the instance
 group is the unit, since two starts of one build differ (TPOT 3 %, TTFT 5 % on the 4B shape). With this host's
@@ -97,13 +100,17 @@ def _classify(effect: float, se: float, df: float, threshold: float, detectable:
     return Decision("inconclusive", effect, se, df, threshold, detectable, why_not)
 
 
-def gate_alpha(alpha: float, family: int = 1) -> float:
+def gate_alpha(alpha: float, family: int = 1, sides: int = 2) -> float:
     """The per-side alpha of one cell when ``family`` gating metrics of one scenario are judged together: a
-    whole clean run (``family`` metrics, both sides, every look) goes red at most ``FAMILY_ALPHA`` of the time
-    (Bonferroni), and never looser than ``alpha`` itself. ``alpha`` is already per look (``Budget``)."""
+    whole clean run (``family`` metrics, every side that can go red, every look) goes red at most ``FAMILY_ALPHA``
+    of the time (Bonferroni), and never looser than ``alpha`` itself. ``alpha`` is already per look (``Budget``).
+    ``sides``: 2 where a cell is red on either side (a pool's regression or improvement, an A/B's improvement), 1
+    where only a worsening is red (a live contrast)."""
     if family < 1:
         raise ValueError(f"a family has at least one metric, got {family}")
-    return alpha * min(1.0, FAMILY_ALPHA / (2 * family * ALPHA))
+    if sides not in (1, 2):
+        raise ValueError(f"a cell goes red on 1 or 2 sides, got {sides}")
+    return alpha * min(1.0, FAMILY_ALPHA / (sides * family * ALPHA))
 
 
 def promised_size(model: NoiseModel, floor: float, alpha: float = ALPHA, beta: float = BETA) -> float:
@@ -225,8 +232,9 @@ def decide_contrast(block_effects: Sequence[float], sign: float, margin: float, 
         pass          if effect <= allowed                       (the point estimate is within the bound)
                       and (D - margin <= ceiling                 (the run catches a worsening of D - margin
                                                                   beyond the bound: ``catches``)
-                           or effect < -t(1-alpha) se)           (or the candidate is better beyond the noise,
-                                                                  which excludes any worsening beyond the bound)
+                           or effect + t(1-alpha) se <= allowed) (or its one-sided interval lies within the bound:
+                                                                  non-inferiority shown, whatever the resolution;
+                                                                  ``reason`` says so)
         inconclusive  otherwise: too few blocks, a point estimate beyond the bound that the run cannot flag yet,
                       or an interval too wide to promise within ``ceiling``
 
@@ -252,18 +260,25 @@ def decide_contrast(block_effects: Sequence[float], sign: float, margin: float, 
         return replace(decision, status="regression")
     if effect > allowed:  # beyond the bound, not yet flagged: only more units can tell which
         need = math.ceil((ta * sd / (effect - margin)) ** 2)
-        bound = f"the bound{' (the floor)' if floor > margin else ''} {show(allowed)}"
+        bound = _bound_name(allowed, margin, floor, show)
         return replace(decision, status="inconclusive", reason=(
             f"the point estimate {show(effect)} lies beyond {bound}, but the run cannot flag it yet (flagged beyond "
             f"{show(threshold)}); about {max(need, p + 1)} units would if it holds (budget {budget})"))
-    if effect < -ta * se or detectable - margin <= ceiling:
+    if detectable - margin <= ceiling:
         return decision
+    if effect + ta * se <= allowed:
+        return replace(decision, reason=(f"its one-sided {1 - alpha:.2%} interval ends at {show(effect + ta * se)}, "
+                                         f"within {_bound_name(allowed, margin, floor, show)}"))
     per_block = (ta + tb) * sd
     need = math.ceil((per_block / ceiling) ** 2) if ceiling > 0 else p + 1
     return replace(decision, status="inconclusive", reason=(
         f"the point estimate {show(effect)} is within the bound, but {p} units (se {se:.3g}) resolve "
         f"{detectable - margin:.3g} beyond it, wider than the {ceiling:.3g} a contrast may promise (judged scale); "
         f"about {max(need, p + 1)} units would (budget {budget})"))
+
+
+def _bound_name(allowed: float, margin: float, floor: float, show: Callable[[float], str]) -> str:
+    return f"the bound{' (the floor)' if floor > margin else ''} {show(allowed)}"
 
 
 MIN_INSTANCES = 2  # engine instances per arm before an unpaired invariant can judge anything

@@ -76,9 +76,9 @@ def judge_ab(m: Metric | str, reference: Sequence[float], candidate: Sequence[fl
     a worsening beyond it: ``catches`` (the row's ``detectable``), the change beyond the bound this run flags with
     probability >= 90 %, within the ceiling, ``detect`` (``--perf-ab-detect``) or ``GROUP_CEILING_FACTOR`` times the
     metric's ``ab_detect`` (20 % for throughput, TTFT and TPOT: three fresh 4B pairs resolve 11-17 % with the
-    between-instance variance known, H200 2026-12-01), or the candidate better beyond the noise (for 1.0 an
-    ``improvement``). ``family`` gating metrics share ``alpha``; with ``arm`` given, a metric that does not gate that
-    arm is a report-only row."""
+    between-instance variance known, H200 2026-12-01), or a one-sided interval within the bound (the candidate
+    better beyond the noise, for 1.0, is an ``improvement``). ``family`` gating metrics share ``alpha``; with
+    ``arm`` given, a metric that does not gate that arm is a report-only row."""
     m = m if isinstance(m, Metric) else metric(m)
     if units not in UNITS:
         raise ValueError(f"units {units!r}: one of {', '.join(UNITS)}")
@@ -127,14 +127,15 @@ def judge_contrast(label: str, m: Metric | str, reference: Sequence[float], cand
     ``judge.blocks``). ``pass`` means the point estimate is within the bound (for 1.0: within the metric's floor)
     and the run excludes a worsening beyond it: ``catches`` (the row's ``detectable``) is the change beyond the bound
     that this run would have flagged with probability >= 90 %, and must be within ``ceiling`` (judged scale; default
-    the metric's ``ab_detect``) unless the candidate is better than the reference beyond the noise. ``family``
-    metrics of one contrast share ``alpha``."""
+    the metric's ``ab_detect``) unless the run's one-sided interval already lies within the bound (the message then
+    says where it ends). ``family`` metrics of one contrast share ``alpha``, split over them and not over two sides:
+    only a worsening is red."""
     m = m if isinstance(m, Metric) else metric(m)
     if m.direction == "none":
         raise ValueError(f"{m.name} has no direction; a contrast needs a higher/lower metric")
     if not bound > 0:
         raise ValueError(f"contrast {label}: bound must be > 0, got {bound}")
-    a = gate_alpha(alpha, family)
+    a = gate_alpha(alpha, family, sides=1)  # a contrast is red on the worse side only: a better candidate passes
     ref, cur = level(m, reference), level(m, candidate)
     margin = _margin(m, bound, ref)
     d = decide_contrast(block_effects, m.sign, margin, m.floor_size(floor),
@@ -150,6 +151,7 @@ def judge_contrast(label: str, m: Metric | str, reference: Sequence[float], cand
                  if log else f", paired difference {raw:+.3g} (95% CI {raw - half:+.3g}..{raw + half:+.3g}) {m.unit}")
     head += f" over {len(block_effects)} mirrored blocks on one engine; candidate {rule}"
     catches, said = _catches(m, d, margin, bound)
+    said += f"; {d.reason}" if d.status == "pass" and d.reason else ""  # a pass by its interval says so
     msg = f"{head}: " + (f"inconclusive: {d.reason}" if d.status == "inconclusive" else
                          f"{'holds' if d.status == 'pass' else 'violated'} ({said})")
     v = Verdict(m.name, d.status, "paired", ref, cur, delta, catches, None, len(block_effects), msg, m.scale.name)

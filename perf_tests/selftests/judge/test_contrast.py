@@ -9,7 +9,7 @@ import pytest
 
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.judge.blocks import block_effect, effects_by_block, mirrored, plan, visits
-from engine_fixtures.judge.decide import decide_contrast
+from engine_fixtures.judge.decide import ALPHA, FAMILY_ALPHA, decide_contrast, gate_alpha, q
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.paired import GROUP_CEILING_FACTOR, judge_ab, judge_contrast
 from engine_fixtures.judge.rows import worse_change
@@ -139,6 +139,51 @@ def test_simulated_a_candidate_beyond_its_bound_never_passes_and_one_within_it_m
     within = contrast_outcomes(np.random.default_rng(34), 200, 10, 0.06, 0.97, 0.9, rate)
     assert within["pass"] >= 0.75 * 200  # 83 % expected: P(sample sd <= 7.2 %) with 9 df; 159 here
     assert within["regression"] == 0
+
+
+def test_a_pass_by_its_interval_needs_the_one_sided_upper_limit_within_the_bound() -> None:
+    """The H200's buffer-vs-torch TPOT on 2026-12-03: the candidate 7.5 % better (se 2.5 %, 10 blocks) but too noisy to
+    resolve the ceiling; its one-sided interval excludes any worsening beyond the 3 % floor, so it passes and says
+    how. Shift the same blocks so the interval's end crosses the bound and it stays inconclusive."""
+    tpot = metric("tpot_gmean_ms")
+    spread = np.array([1.0, -1.0, 0.5, -0.5, 1.2, -1.2, 0.8, -0.8, 0.0, 0.0])
+    spread = spread / spread.std(ddof=1) * 0.079  # sd 7.9 %: se 2.5 % over 10 blocks
+    alpha = gate_alpha(ALPHA / 2, 4, sides=1)  # two looks, four gating families
+    better = math.log(0.925) + spread
+    d = decide_contrast(better, tpot.sign, 0.0, tpot.scale_floor, tpot.ab_size(), 10, alpha=alpha)
+    assert d.detectable > tpot.ab_size()  # it does not resolve the ceiling ...
+    assert d.effect + q(1 - alpha, d.df) * d.se <= tpot.scale_floor  # ... but its interval ends within the floor
+    assert d.status == "pass"
+    v = judge_contrast("buffer >= torch", tpot, [5.84] * 10, [5.41] * 10, list(better), budget=10, alpha=ALPHA / 2,
+                       family=4)
+    assert v.status == "pass"
+    assert "one-sided 99.50% interval ends at" in v.message
+    assert "within the bound (the floor)" in v.message
+    near = better + (tpot.scale_floor - d.effect - 0.5 * q(1 - alpha, d.df) * d.se)  # interval crosses the floor
+    e = decide_contrast(near, tpot.sign, 0.0, tpot.scale_floor, tpot.ab_size(), 10, alpha=alpha)
+    assert e.effect <= tpot.scale_floor < e.effect + q(1 - alpha, e.df) * e.se
+    assert e.status == "inconclusive"
+
+
+def test_a_live_contrast_splits_alpha_over_its_metrics_not_over_two_sides() -> None:
+    """Only a worsening is red in a contrast, so a family of F metrics at two looks keeps F * 2 * per-cell alpha
+    within FAMILY_ALPHA with one side; a pool's cell (red on both sides) keeps two."""
+    for family in range(1, 9):
+        one, two = gate_alpha(ALPHA / 2, family, sides=1), gate_alpha(ALPHA / 2, family, sides=2)
+        assert family * 2 * one <= FAMILY_ALPHA + 1e-12
+        assert family * 2 * 2 * two <= FAMILY_ALPHA + 1e-12
+        assert two <= one <= ALPHA / 2
+    assert gate_alpha(ALPHA / 2, 4, sides=1) == pytest.approx(0.005)  # the nightly's contrasts: 4 gating families
+    with pytest.raises(ValueError, match="1 or 2 sides"):
+        gate_alpha(ALPHA, 1, sides=3)
+    # calibrated: a candidate exactly at the 0.9x bound is flagged in about alpha of the trials, never more than 2x
+    alpha = gate_alpha(ALPHA / 2, 4, sides=1)
+    at = contrast_outcomes(np.random.default_rng(35), 4000, 10, 0.06, 0.9, 0.9, metric("requests_per_s").ab_size(),
+                           alpha=alpha)
+    assert at["regression"] <= 2 * alpha * 4000
+    # the interval rule alone (no ceiling to resolve) passes what sits on the bound in about alpha of the trials too
+    by_interval = contrast_outcomes(np.random.default_rng(35), 4000, 10, 0.06, 0.9, 0.9, 0.0, alpha=alpha)
+    assert by_interval["pass"] <= 2 * alpha * 4000
 
 
 def _group() -> LiveGroup:
