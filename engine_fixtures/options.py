@@ -180,8 +180,9 @@ OPTIONS: tuple[Option, ...] = (
            "count). Windows follow each other with no pause inside one load segment; a request counts in the window "
            "it finished in.", parse_positive_float, 3.0, "S"),
     Option("warmup_s", "Unmeasured load at the start of each engine load segment, in seconds (three times this on an "
-           "engine instance's first segment); the warm-up then lasts until every request sent in it has completed, "
-           "so the first window starts after the last of them.", parse_nonnegative_float, 1.0, "S"),
+           "engine instance's first segment); the warm-up then lasts until every request sent in it, and the first "
+           "wave, has completed, so the first window starts after the last of them. A live arm's visit warms up for "
+           "its first wave only (the engine is warm and drained at its switch).", parse_nonnegative_float, 1.0, "S"),
     Option("ab_blocks", "A group of engines: mirrored blocks (A B B A) measured on each fresh instance group.",
            parse_positive_int, 2, "N"),
     Option("engine_cpus", "CPUs for the engines, disjoint from the load client's: 'auto' pins on machines with 8 or "

@@ -48,9 +48,9 @@ class Segment:
     """What one segment measured. Times are CLOCK_MONOTONIC seconds (``time.monotonic()`` in any process):
     ``start`` the client's clock origin, taken just before the first send; ``measure_at`` the end of the warm-up, as
     the client decided it (``stream_driver.warmup_end``: ``start + warmup_s``, or just after the latest completion of a
-    request sent before that, if later), where the first window starts; ``stop_at`` = ``measure_at + measure_s``, when
-    sending stopped (no request is sent at or after it); ``end`` when the last request in flight finished. ``records``
-    hold times relative to ``start``."""
+    request sent before that or of the first wave, if later), where the first window starts; ``stop_at`` =
+    ``measure_at + measure_s``, when sending stopped (no request is sent at or after it); ``end`` when the last request
+    in flight finished. ``records`` hold times relative to ``start``."""
 
     url: str
     spec: WorkloadSpec

@@ -99,18 +99,23 @@ def _client_bound(seg: Segment, plan: SegmentPlan) -> str | None:
 
 def measure_segment(engine: EngineHandle, stream: LoadStream, plan: SegmentPlan, timeline: Timeline,
                     instance: str = "", check: Callable[[ArmProof, ArmProof], None] | None = None,
-                    requests: list[dict[str, Any]] | None = None) -> list[dict[str, float]]:
+                    requests: list[dict[str, Any]] | None = None,
+                    before: ArmProof | None = None) -> list[dict[str, float]]:
     """The windows' metric values (one dict per window, the per-segment values in the first); spans go to
     ``timeline``. The engine's proofs are read around the segment where it has them (``EngineSpec.proof``) and
     ``plan.proof`` asks for them. ``check(before, after)`` is given those proofs before the windows are returned (it
     raises to refuse them: an arm switched live on the engine checks that the segment's counters are the arm's).
-    ``requests``, when given, gets each returned window's ``window_requests`` entry, in the same order."""
+    ``requests``, when given, gets each returned window's ``window_requests`` entry, in the same order. ``before``:
+    a proof the caller read with no load since (a live switch's, ``EngineHandle.set_arm``), used as the first
+    attempt's opening proof instead of a flush of its own."""
     reasons = []
-    # The proof counters feed the per-segment values and ``check``; reading them costs two proof flushes per segment.
+    # The proof counters feed the per-segment values and ``check``; reading them costs a proof flush on each side of
+    # the segment (one, after a live switch that just read one).
     proof = plan.proof and engine.spec.proof
     interval = 1.0 / plan.sample_hz
     for _ in range(CLIENT_BOUND_ATTEMPTS):
-        first = engine.proof() if proof else None
+        first = (before or engine.proof()) if proof else None
+        before = None  # a segment measured again opens with a fresh proof: the previous attempt moved the counters
         cpu = CpuSampler(engine.pids, interval, engine.spec.cpu_quota)
         gpu = GpuSampler(engine.spec.gpus, engine.pids, interval)
         try:

@@ -1,5 +1,6 @@
-"""The load stream's segments against the stub: the warm-up lasts until every request sent in its ``warmup_s`` has
-completed (the client's rule, ``stream_driver.warmup_end``), at any concurrency, in step or not; the measured span
+"""The load stream's segments against the stub: the warm-up lasts until every request sent in its ``warmup_s``, and the
+first wave, has completed (the client's rule, ``stream_driver.warmup_end``), at any concurrency, in step or not; the
+measured span
 keeps its full length; a stall ends in an error that says what happened, never a hang. Assertions are on order and on
 the rule; the few bounds on time are generous for a shared 2-core box."""
 
@@ -39,11 +40,12 @@ def chat(stub: StubServer, query: str) -> str:
 
 
 def sent_in_warmup(seg: Segment, warmup_s: float) -> list[RequestRecord]:
-    return [r for r in seg.records if r.sent_s < warmup_s]
+    """The warm-up's requests: those sent before ``warmup_s`` and the first wave (the first ``concurrency`` sends)."""
+    return [r for r in seg.records if r.sent_s < warmup_s or r.index < seg.spec.concurrency]
 
 
 def check_rule(seg: Segment, warmup_s: float) -> None:
-    """``measure_at`` is ``start + warmup_s``, or just after the latest completion of a request sent before that."""
+    """``measure_at`` is ``start + warmup_s``, or just after the latest completion of a warm-up request."""
     last = max((seg.start + r.end_s for r in sent_in_warmup(seg, warmup_s)), default=-math.inf)
     assert seg.measure_at == pytest.approx(max(seg.start + warmup_s, last + WARMUP_EPSILON_S), abs=1e-6)
 
@@ -79,10 +81,16 @@ def test_fast_requests_end_the_warmup_at_its_nominal_length(stub: StubServer, st
     check_rule(seg, warmup_s)
     # Only the requests in flight at start + warmup_s (5 ms each) hold it; 0.5 s is slack for a loaded box.
     assert seg.start + warmup_s <= seg.measure_at < seg.start + warmup_s + 0.5
-    # No warm-up: the windows start at the clock's origin, exactly.
-    seg = stream.segment(chat(stub, "ttft_ms=5"), workload(4), 0.0, 0.3)
-    assert seg.measure_at == seg.start
-    assert seg.stop_at == seg.start + 0.3
+    # A nominal warm-up of 0 s is the first wave: the windows start just after its last request ended, never at the
+    # clock's origin (a live visit's warm-up after its switch).
+    seg = stream.segment(chat(stub, "ttft_ms=200"), workload(4), 0.0, 0.6)
+    check_rule(seg, 0.0)
+    first = [r for r in seg.records if r.index < 4]
+    assert len(first) == 4
+    assert seg.measure_at == pytest.approx(seg.start + max(r.end_s for r in first) + WARMUP_EPSILON_S, abs=1e-6)
+    assert seg.measure_at - seg.start >= 0.2  # a whole request of the first wave, at least
+    assert finished_in(first, seg.measure_at - seg.start, seg.stop_at - seg.start) == []
+    assert seg.stop_at == pytest.approx(seg.measure_at + 0.6, abs=1e-9)
 
 
 def test_a_stalled_warmup_ends_in_an_error_that_says_so(stub: StubServer, stream: LoadStream) -> None:
