@@ -134,6 +134,29 @@ def test_update_from_runs_needs_a_positive_k_and_show_a_baseline_dir_that_exists
     assert "no pools of machine key m9" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "1e999", "0.0", "-1.0"])
+def test_show_compare_and_update_stop_on_a_pool_whose_samples_no_run_gives_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str) -> None:
+    """Before (issue 37): a traceback (ValueError: log-scale metric with non-positive values), or, for an infinite
+    window, a pool judged with `catches nan%` (`compare` rc 0, an `improvement`) and `update` a traceback."""
+    bl = str(tmp_path / "bl")
+    runs = [results_file(tmp_path, f"a{i}", noisy(10.0, i), date=f"2025-01-0{i}T00:00:00+00:00") for i in (1, 2, 3)]
+    assert main(["update", "--from", *map(str, runs), "--baseline-dir", bl]) == 0
+    pool = tmp_path / "bl" / "m1" / "demo%2Fc=4.json"
+    data = json.loads(pool.read_text())
+    data["runs"][1]["samples"]["latency_p50_ms"][2] = "BAD"
+    pool.write_text(json.dumps(data).replace('"BAD"', bad))
+    capsys.readouterr()
+    new = results_file(tmp_path, "b", noisy(10.0, 9), date="2025-01-05T00:00:00+00:00")
+    for argv in (["show"], ["compare", str(new)], ["update", "--from", str(new)]):
+        assert main([*argv, "--baseline-dir", bl]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"perf-baseline: error: baseline file {pool} is malformed (run m1@a2: "
+                              "samples['latency_p50_ms'] has "), err
+        assert f"restore it from git (`git checkout -- {pool}`) or recreate it with" in err
+    assert len(json.loads(pool.read_text())["runs"]) == 3  # update wrote nothing
+
+
 def test_validate_counts_false_alarms_and_detections_on_runs(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     for i in range(1, 9):
