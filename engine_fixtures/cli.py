@@ -11,7 +11,7 @@
   it found (the scenarios that had K are written).
 - ``compare RESULTS...`` judges results files against the pooled baselines (exit 1 on a regression).
 - ``show`` lists the pools with the host each was recorded on (and whether it judges this host); a baseline
-  directory or a ``--machine`` key that does not exist is an error;
+  directory (here and for ``migrate``) or a ``--machine`` key that does not exist is an error;
   ``validate DIR`` judges every run of the unchanged build against the K runs recorded
   before it (and every injected run against the K runs before it): false alarms and detections on real runs.
 - ``import``, ``runs``, ``history`` (``cli_history``): fill the run history from results files, list its runs,
@@ -141,12 +141,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if any(r.verdict.status == "regression" for r in rows) else 0
 
 
-def cmd_show(args: argparse.Namespace) -> int:
-    root = _opt(args, "baseline_dir")
-    if not Path(root).is_dir():
+def _existing_baseline_dir(args: argparse.Namespace) -> Path:
+    """``--baseline-dir`` for a command that reads the pools there (``show``, ``migrate``): one that is not there is
+    an error naming it, not an empty listing."""
+    root = Path(_opt(args, "baseline_dir"))
+    if not root.is_dir():
         raise BaselineError(f"there is no baseline directory {root} (--baseline-dir, PERF_BASELINE_DIR): name the "
                             f"directory this host's pools were recorded into, or record them there with "
                             f"`perf-baseline update --from-runs {POOL_RUNS} --baseline-dir {root}`")
+    return root
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    root = _existing_baseline_dir(args)
     present = machine_keys(root)
     if args.machine and args.machine not in present:
         raise BaselineError(f"no pools of machine key {args.machine} under {root}; it holds "
@@ -222,7 +229,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         before, after = history.upgrade(_opt(args, "history_url"), _opt(args, "results_dir"))
         print(f"run history at schema revision {after}" + ("" if before == after else f" (was {before or 'empty'})"))
         return 0
-    root = _opt(args, "baseline_dir")
+    root = _existing_baseline_dir(args)
     for key in machine_keys(root):
         for path in BaselineStore(root, key).migrate_all(dry_run=args.dry_run):
             print(("would migrate " if args.dry_run else "migrated ") + str(path))

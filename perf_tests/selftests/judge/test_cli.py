@@ -157,6 +157,23 @@ def test_show_compare_and_update_stop_on_a_pool_whose_samples_no_run_gives_namin
     assert len(json.loads(pool.read_text())["runs"]) == 3  # update wrote nothing
 
 
+def test_migrate_a_missing_baseline_dir_and_import_a_missing_path_are_errors_that_create_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before (issue 37): `migrate` exited 0 saying nothing; `import` created the history and its directory, after
+    which `runs` said `0 run(s)` with exit 0."""
+    assert main(["migrate", "--baseline-dir", str(tmp_path / "nonexistent")]) == 2
+    assert f"error: there is no baseline directory {tmp_path / 'nonexistent'} (--baseline-dir" in (
+        capsys.readouterr().err)
+    url = f"sqlite:///{tmp_path / 'new' / 'history.sqlite'}"
+    assert main(["import", str(tmp_path / "nonexistent"), "--history-url", url]) == 2
+    assert capsys.readouterr().err == (f"perf-baseline: error: {tmp_path / 'nonexistent'} does not exist; pass "
+                                       "results JSON files or directories of them (nothing was imported, no history "
+                                       "created)\n")
+    assert not (tmp_path / "new").exists()
+    assert main(["runs", "--history-url", url]) == 2
+    assert "there is no run history at" in capsys.readouterr().err
+
+
 def test_validate_counts_false_alarms_and_detections_on_runs(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     for i in range(1, 9):
