@@ -4,14 +4,16 @@
   scenario's pool from the newest K clean runs of this machine key and this host (with ``--machine KEY``: the
   host of that key's newest run) in the run history (``--history-url``, default ``.perf-results/history.sqlite``),
   or among the results named by ``--from DIR``, and says which. A pool is one host's (``store.baselines``).
-  Both show the per-metric change (level, runs, what the pool catches); ``--dry-run`` writes nothing; a run
+  Both show the per-metric change (level, runs, what the pool catches; a run already pooled is said to be, and
+  left as it is); ``--dry-run`` writes nothing and exits as the real update would (a baseline directory this user
+  cannot write is an error, before anything is written); a run
   judged regression/inconclusive (its own rows or a same-run invariant that compares it) needs ``--accept
   REASON`` (stored with it); runs with injected slowdowns or A/B runs are never recorded. ``--from-runs K``
-  needs K >= 1; a scenario with fewer than K clean runs is not pooled and the command exits 2 saying how many
-  it found (the scenarios that had K are written).
+  needs K >= 1; a scenario with fewer than K clean runs (0 included: every run of it judged bad) is not pooled
+  and the command exits 2 naming it and how many it found (the scenarios that had K are written).
 - ``compare RESULTS...`` judges results files against the pooled baselines (exit 1 on a regression).
 - ``show`` lists the pools with the host each was recorded on (and whether it judges this host); a baseline
-  directory or a ``--machine`` key that does not exist is an error;
+  directory (here and for ``migrate``) or a ``--machine`` key that does not exist is an error;
   ``validate DIR`` judges every run of the unchanged build against the K runs recorded
   before it (and every injected run against the K runs before it): false alarms and detections on real runs.
 - ``import``, ``runs``, ``history`` (``cli_history``): fill the run history from results files, list its runs,
@@ -42,7 +44,7 @@ from engine_fixtures.report.table import markdown, rows_for, terminal_table
 from engine_fixtures.store import history
 from engine_fixtures.store.baselines import POOL_RUNS, Baseline, BaselineRun, BaselineStore, machine_keys
 from engine_fixtures.store.results import ResultsFile
-from engine_fixtures.store.update import apply, describe, last_clean_runs, plan_update
+from engine_fixtures.store.update import Planned, apply, describe, last_clean_runs, plan_update, write_problem
 
 
 def _opt(args: argparse.Namespace, name: str) -> object:
@@ -67,16 +69,17 @@ def cmd_update(args: argparse.Namespace) -> int:
         k = args.from_runs
         here = None if args.machine else MachineInfo.collect()
         key = args.machine or here.key
-        files, where = _clean_runs_source(args, key)
+        files, where, measured = _clean_runs_source(args, key)
         store = BaselineStore(root, key)
         chosen = last_clean_runs(files, key, k, args.scenario, here.host if here else None, args.accept)
-        if not chosen:
+        chosen = {s: chosen.get(s, []) for s in sorted(set(chosen) | measured)}  # 0 clean runs is "0 of K" too
+        if not any(chosen.values()):
             on = f" on this host, {here.host.describe()}" if here and here.host else ""
             raise BaselineError(f"no clean runs of machine key {key}{on} in {where} (runs judged regression or "
                                 "inconclusive need --accept REASON; injected and A/B runs, and runs without a host "
                                 f"record, are never pooled); run the suite {k} times (separate processes; the CPU "
                                 "tier: `python3 -m tox -e update-baselines`)")
-        host = host_of(next(iter(chosen.values()))[-1].machine)
+        host = host_of(next(runs for runs in chosen.values() if runs)[-1].machine)
         print(f"the newest {k} clean run(s) of {key} in {where}, of host {_host_text(host)}:")
         plans = []
         for scenario, runs in sorted(chosen.items()):
@@ -96,35 +99,57 @@ def cmd_update(args: argparse.Namespace) -> int:
                                  replace_pool=args.replace)
     for plan in plans:
         print("\n".join(describe(plan)))
-    if args.dry_run:
-        print("dry run: nothing written")
-    else:
-        by_key: dict[str, list] = {}
-        for plan in plans:
-            if plan.after is not None:
-                by_key.setdefault(plan.after.machine_key, []).append(plan)
-        for key, ps in by_key.items():
-            for path in apply(BaselineStore(root, key), ps):
-                print(f"wrote {path}")
+    _write(root, plans, args.dry_run)
     if short:
         found = ", ".join(f"{s} ({n} of {args.from_runs})" for s, n in sorted(short.items()))
         fewest = min(short.values())
         fewer = (f", or pool what there is with --from-runs {fewest}" if fewest >= MIN_RUNS else
                  f"; a pool judges from {MIN_RUNS} runs")
+        if fewest == 0:
+            fewer += ("; a scenario with 0 clean runs was measured, but every run of it was judged regression or "
+                      "inconclusive: look at those verdicts, and pool them only with --accept REASON")
         raise BaselineError(f"--from-runs {args.from_runs}: {len(short)} scenario(s) have fewer clean runs than asked, "
                             f"so their pools were not written: {found}. Run the suite "
                             f"{args.from_runs - fewest} more time(s) (separate processes, at different times){fewer}")
     return 0
 
 
-def _clean_runs_source(args: argparse.Namespace, key: str) -> tuple[list[ResultsFile], str]:
-    """The candidate runs for ``update --from-runs``: the results named by --from, else the run history."""
+def _write(root: Path, plans: Sequence[Planned], dry_run: bool) -> None:
+    """Write the planned pools, each machine key's into its directory; a directory that cannot take them stops the
+    command before anything is written, dry run or not (so both exit alike)."""
+    by_key: dict[str, list[Planned]] = {}
+    for plan in plans:
+        if plan.after is not None:
+            by_key.setdefault(plan.after.machine_key, []).append(plan)
+    stores = {key: BaselineStore(root, key) for key in by_key}
+    problems = [why for key, ps in by_key.items() if (why := write_problem(stores[key], ps)) is not None]
+    if dry_run:
+        print("dry run: nothing written")
+    fix = (f"; pass --baseline-dir a directory this user can write (or make {root} writable), then run this "
+           "command again")
+    if problems:
+        raise BaselineError(f"the pools cannot be written under {root}: {'; '.join(problems)}{fix}"
+                            + ("" if dry_run else "; nothing was written"))
+    if dry_run:
+        return
+    for key, ps in by_key.items():
+        try:
+            written = apply(stores[key], ps)
+        except OSError as exc:
+            raise BaselineError(f"writing the pools into {stores[key].dir} failed ({exc}){fix}") from None
+        for path in written:
+            print(f"wrote {path}")
+
+
+def _clean_runs_source(args: argparse.Namespace, key: str) -> tuple[list[ResultsFile], str, frozenset[str]]:
+    """The candidate runs for ``update --from-runs``: the results named by --from, else the run history; and the
+    scenarios the history holds of ``key`` (some with no clean run: those runs are not loaded)."""
     if args.results:
-        return _results_files(args.results), ", ".join(map(str, args.results))
+        return _results_files(args.results), ", ".join(map(str, args.results)), frozenset()
     with cli_history.open_store(args) as hist:
         candidates = hist.clean_candidates(key, args.from_runs, args.scenario, judged_bad=bool(args.accept))
         ids = {i for run_ids in candidates.values() for i in run_ids}
-        return hist.load(ids), f"the run history at {history.shown(hist.url)}"
+        return hist.load(ids), f"the run history at {history.shown(hist.url)}", frozenset(candidates)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -141,12 +166,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if any(r.verdict.status == "regression" for r in rows) else 0
 
 
-def cmd_show(args: argparse.Namespace) -> int:
-    root = _opt(args, "baseline_dir")
-    if not Path(root).is_dir():
+def _existing_baseline_dir(args: argparse.Namespace) -> Path:
+    """``--baseline-dir`` for a command that reads the pools there (``show``, ``migrate``): one that is not there is
+    an error naming it, not an empty listing."""
+    root = Path(_opt(args, "baseline_dir"))
+    if not root.is_dir():
         raise BaselineError(f"there is no baseline directory {root} (--baseline-dir, PERF_BASELINE_DIR): name the "
                             f"directory this host's pools were recorded into, or record them there with "
                             f"`perf-baseline update --from-runs {POOL_RUNS} --baseline-dir {root}`")
+    return root
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    root = _existing_baseline_dir(args)
     present = machine_keys(root)
     if args.machine and args.machine not in present:
         raise BaselineError(f"no pools of machine key {args.machine} under {root}; it holds "
@@ -222,7 +254,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         before, after = history.upgrade(_opt(args, "history_url"), _opt(args, "results_dir"))
         print(f"run history at schema revision {after}" + ("" if before == after else f" (was {before or 'empty'})"))
         return 0
-    root = _opt(args, "baseline_dir")
+    root = _existing_baseline_dir(args)
     for key in machine_keys(root):
         for path in BaselineStore(root, key).migrate_all(dry_run=args.dry_run):
             print(("would migrate " if args.dry_run else "migrated ") + str(path))

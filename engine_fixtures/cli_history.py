@@ -1,7 +1,8 @@
 """``perf-baseline`` commands over the run history: ``import``, ``runs``, ``history``.
 
 - ``import PATH...`` appends results files (format 1 and 2; a directory: every results JSON below it, other
-  JSON files are listed as skipped) to the history; a run already stored is left as it is.
+  JSON files are listed as skipped) to the history; a run already stored is left as it is; a path that does not
+  exist is an error before the history is opened (or created).
 - ``runs [--machine KEY] [--runner NAME] [--label L] [--since DATE] [--scenario GLOB]`` lists stored runs
   ("what did runner X measure last week").
 - ``history [SCENARIO] [--metric M] [--png FILE]`` shows each metric's series per run and its change points
@@ -65,6 +66,10 @@ def read_results(path: Path, explicit: bool) -> tuple[ResultsFile, int] | None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    missing = [p for p in args.paths if not p.exists()]
+    if missing:  # before the store is opened: a history is never created for nothing
+        raise BaselineError(f"{', '.join(map(str, missing))} does not exist; pass results JSON files or directories "
+                            "of them (nothing was imported, no history created)")
     with open_store(args, create=True) as store:
         added = present = 0
         skipped: list[Path] = []

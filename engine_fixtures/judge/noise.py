@@ -53,6 +53,15 @@ class Scale:
             return np.log(arr)
         return arr
 
+    def problem(self, values: Sequence[float]) -> str | None:
+        """Why ``values`` cannot be judged on this scale (None: they can): a value that is not finite, or on the
+        log scale one that is not > 0. The one check of a scale's domain, for stored samples (``store.baselines``)."""
+        bad = [v for v in values if not math.isfinite(v) or (self.name == "log" and v <= 0)]
+        if not bad:
+            return None
+        domain = "finite and > 0 (log scale)" if self.name == "log" else "finite"
+        return f"values {bad[:5]} where every value must be {domain}"
+
     def size(self, floor: float) -> float:
         """A declared floor (relative for log, absolute for linear) on this scale."""
         return math.log1p(floor) if self.name == "log" else floor

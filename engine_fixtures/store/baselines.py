@@ -24,14 +24,18 @@ judged (``unjudged`` for runs recorded before verdicts existed) and ``accepted``
 every write (for people reading a diff); the judge recomputes it from the runs. A pool keeps the newest
 ``MAX_RUNS`` runs. Formats 1 and 2 (one run, no pool) migrate on read into a one-run pool, which judges
 nothing until more runs are added: between-run spread needs ``MIN_RUNS`` runs.
-Unknown versions and corrupted files raise ``BaselineError`` naming the file and the command to run.
+Unknown versions and corrupted files raise ``BaselineError`` naming the file and the command to run, and so
+does a pool whose content no measurement gives (checked where every pool is read, ``BaselineRun.from_json``):
+``samples`` not a mapping of known metrics to numbers, an empty run or metric, a value that is not finite or,
+on a metric judged on the log scale, not > 0. The session reads such a pool as an unreadable one
+(``MissingBaseline.unreadable``: only its rows fail); ``perf-baseline`` stops with the message.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -46,7 +50,7 @@ from engine_fixtures.judge.rows import worse_change
 from engine_fixtures.judge.sequential import DEFAULT_MAX_REPEATS, DEFAULT_REPEATS, Budget
 from engine_fixtures.machine import HostIdentity, host_of
 from engine_fixtures.store.files import atomic_write_text, dumps, file_name_of, scenario_of
-from engine_fixtures.store.results import ResultsFile, RunResult
+from engine_fixtures.store.results import ResultsFile, RunResult, freeze_samples
 
 BASELINE_FORMAT_VERSION = 3
 MAX_RUNS = 10
@@ -64,8 +68,18 @@ def default_gate_alpha(family: int) -> float:
 Samples = Mapping[str, tuple[float, ...]]
 
 
-def _freeze(raw: Mapping[str, Sequence[float]]) -> Samples:
-    return MappingProxyType({k: tuple(float(x) for x in v) for k, v in sorted(raw.items())})
+def _stored_samples(raw: Any, what: str, run_id: str, judged: bool) -> Samples:
+    """A pooled run's ``samples`` (``judged``) or ``warmup`` as read from its file, checked as a measurement's are
+    (``results.freeze_samples``: a mapping, known metrics, finite values; the samples none empty, and each on the
+    scale its metric is judged on: ``Scale.problem``, > 0 on the log scale). A value no measurement gives fails
+    this pool's read (``ValueError``, the file named by ``BaselineStore``), never the judge that takes its log."""
+    frozen = freeze_samples(raw, what, f"run {run_id}", allow_empty=not judged)
+    if judged and not frozen:
+        raise ValueError(f"run {run_id}: {what} is empty; a pooled run holds at least one metric's windows")
+    for name, values in frozen.items():
+        if judged and (why := metric(name).scale.problem(values)) is not None:
+            raise ValueError(f"run {run_id}: {what}[{name!r}] has {why}")
+    return frozen
 
 
 # Kept in the run's results file, not copied into every pool run: the per-request records behind each window
@@ -102,8 +116,10 @@ class BaselineRun:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BaselineRun:
-        return cls(str(data["run_id"]), str(data.get("date", "")), _freeze(data["samples"]),
-                   _freeze(data.get("warmup", {})), data.get("suite_commit", ""), data.get("command", ""),
+        run_id = str(data["run_id"])
+        return cls(run_id, str(data.get("date", "")), _stored_samples(data["samples"], "samples", run_id, True),
+                   _stored_samples(data.get("warmup", {}), "warmup", run_id, False), data.get("suite_commit", ""),
+                   data.get("command", ""),
                    MappingProxyType(dict(data.get("versions", {}))), data.get("verdict", "unjudged"),
                    data.get("accepted"), MappingProxyType(dict(data.get("metadata", {}))))
 
@@ -295,8 +311,8 @@ class BaselineStore:
             for name in baseline.metric_names():
                 metric(name)
         except (KeyError, TypeError, ValueError) as exc:
-            raise BaselineError(f"baseline file {path} is malformed ({exc}); restore it from git or recreate it "
-                                f"with {UPDATE_HINT}") from None
+            raise BaselineError(f"baseline file {path} is malformed ({exc}); restore it from git "
+                                f"(`git checkout -- {path}`) or recreate it with {UPDATE_HINT}") from None
         if baseline.scenario != scenario_of(path.name):
             raise BaselineError(f"baseline file {path} holds scenario {baseline.scenario!r}, not "
                                 f"{scenario_of(path.name)!r}; recreate it with {UPDATE_HINT}")

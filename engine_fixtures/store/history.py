@@ -344,22 +344,20 @@ class HistoryStore:
 
     def clean_candidates(self, machine_key: str, k: int, pattern: str | None = None,
                          judged_bad: bool = False) -> dict[str, list[str]]:
-        """Per scenario, the run ids of the newest ``k`` clean runs of ``machine_key`` (oldest first): no injection,
-        no A/B reference, not judged regression or inconclusive unless ``judged_bad`` (``--accept``;
-        ``store.update.refusal`` decides again)."""
-        q = (sa.select(results.c.scenario, runs.c.run_id)
+        """Per scenario, the run ids of the newest ``k`` clean runs of ``machine_key`` (oldest first; none for a
+        scenario whose every run was judged bad): no injection, no A/B reference, not judged regression or
+        inconclusive unless ``judged_bad`` (``--accept``; ``store.update.refusal`` decides again)."""
+        q = (sa.select(results.c.scenario, runs.c.run_id, results.c.outcome)
              .select_from(runs.join(results, results.c.run_pk == runs.c.id))
              .where(runs.c.machine_key == machine_key, runs.c.injection == "", runs.c.reference == "")
              .order_by(runs.c.measured_at.desc(), runs.c.id.desc()))
-        if not judged_bad:
-            q = q.where(results.c.outcome.not_in(BAD))
         chosen: dict[str, list[str]] = {}
         with translated(self.url, "read"), self._read() as conn:
-            for scenario, run_id in conn.execute(q):
+            for scenario, run_id, outcome in conn.execute(q):
                 if pattern is not None and not fnmatch.fnmatchcase(scenario, pattern):
                     continue
                 ids = chosen.setdefault(scenario, [])
-                if len(ids) < k and run_id not in ids:
+                if len(ids) < k and run_id not in ids and (judged_bad or outcome not in BAD):
                     ids.append(run_id)
         return {s: list(reversed(v)) for s, v in sorted(chosen.items())}
 

@@ -50,9 +50,15 @@ def _rows_on_one_line(text: str) -> str:
     return _ROW.sub(lambda m: m["indent"] + "[" + ", ".join(x.strip() for x in m["items"].split(",\n")) + "]", text)
 
 
-def _freeze_samples(
+def freeze_samples(
     raw: Mapping[str, Sequence[float]], what: str, scenario: str, *, allow_empty: bool
 ) -> Samples:
+    """``raw`` (metric -> values) frozen, sorted by metric; ``TypeError``/``ValueError`` naming ``scenario`` and
+    ``what`` for a value that no measurement gives: not a mapping of sequences of numbers, an unknown metric, an
+    empty sequence (unless ``allow_empty``), a value that is not finite. The one check of a samples mapping, for
+    results and for the runs of a pool (``store.baselines``)."""
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"{scenario}: {what} must be a mapping of metric names to numbers, got {raw!r}")
     out: dict[str, tuple[float, ...]] = {}
     for name, values in raw.items():
         metric(name)  # raises UnknownMetric naming the known ones
@@ -60,8 +66,8 @@ def _freeze_samples(
             raise TypeError(f"{scenario}: {what}[{name!r}] must be a sequence of numbers, got {values!r}")
         vals = tuple(float(v) for v in values)
         if not vals and not allow_empty:
-            raise ValueError(f"{scenario}: {what}[{name!r}] is empty; a metric with no measured repeat is an "
-                             "error (raise MeasurementError where it was measured)")
+            raise ValueError(f"{scenario}: {what}[{name!r}] is empty (no measured window; where nothing was "
+                             "measured the producer raises MeasurementError, never records an empty metric)")
         bad = [v for v in vals if not math.isfinite(v)]
         if bad:
             raise ValueError(f"{scenario}: {what}[{name!r}] has non-finite values {bad}")
@@ -85,8 +91,8 @@ class RunResult:
         if not self.samples:
             raise ValueError(f"{self.scenario}: RunResult has no samples")
         object.__setattr__(self, "arm", MappingProxyType({str(k): str(v) for k, v in self.arm.items()}))
-        samples = _freeze_samples(self.samples, "samples", self.scenario, allow_empty=False)
-        warmup = _freeze_samples(self.warmup, "warmup", self.scenario, allow_empty=True)
+        samples = freeze_samples(self.samples, "samples", self.scenario, allow_empty=False)
+        warmup = freeze_samples(self.warmup, "warmup", self.scenario, allow_empty=True)
         object.__setattr__(self, "samples", samples)
         object.__setattr__(self, "warmup", warmup)
         object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))

@@ -11,8 +11,10 @@
   carry no host record (written before hosts were recorded) is never pooled, and a run of another host than the
   pool's is refused, naming both hosts; ``replace_pool`` (``--replace``, ``update --from-runs``) starts the pool
   afresh on the runs' host.
-- ``plan_update`` computes every change first; ``describe`` shows per metric the level, the runs pooled and
-  the change the pool can catch, before and after; ``apply`` writes the planned files atomically.
+- ``plan_update`` computes every change first (a run already in the pool is said to be, and left as it is);
+  ``describe`` shows per metric the level, the runs pooled and the change the pool can catch, before and after;
+  ``write_problem`` says why the planned files cannot be written (before any is, dry run or not); ``apply`` writes
+  them atomically.
 - ``last_clean_runs`` picks, per scenario, the newest K clean runs of one machine key and one host among results
   files.
 """
@@ -21,12 +23,13 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine_fixtures.errors import BaselineError
 from engine_fixtures.machine import HostIdentity, host_of
 from engine_fixtures.store.baselines import MAX_RUNS, POOL_RUNS, Baseline, BaselineRun, BaselineStore
+from engine_fixtures.store.files import place_problem
 from engine_fixtures.store.results import ResultsFile
 
 BAD = ("regression", "inconclusive")
@@ -40,6 +43,7 @@ class Planned:
     after: Baseline | None
     added: tuple[str, ...]
     refused: tuple[str, ...]
+    pooled: tuple[str, ...] = ()  # runs already in the pool: left as they are, not added again
 
 
 def refusal(rf: ResultsFile, scenario: str, accept: str | None) -> str | None:
@@ -78,18 +82,19 @@ def plan_update(store: BaselineStore, runs: Sequence[ResultsFile], *, scenario_g
                 before = store.pool(result.scenario)
                 plan = Planned(result.scenario, store.path_for(result.scenario), before,
                                None if replace_pool else before, (), ())
+            if plan.after is not None and any(r.run_id == rf.run_id for r in plan.after.runs):
+                plans[result.scenario] = replace(plan, pooled=(*plan.pooled, rf.run_id))
+                continue
             why = refusal(rf, result.scenario, accept) or _other_host(rf, plan)
             if why is not None:
-                plans[result.scenario] = Planned(plan.scenario, plan.path, plan.before, plan.after, plan.added,
-                                                 (*plan.refused, why))
+                plans[result.scenario] = replace(plan, refused=(*plan.refused, why))
                 continue
             outcome = rf.outcome(result.scenario)
             run = BaselineRun.from_result(result, rf, accepted=accept if outcome in BAD else None)
             after = plan.after.with_run(run, max_runs) if plan.after is not None else Baseline(
                 result.scenario, result.arm, store.machine_key, (run,), {"machine": dict(rf.machine)},
                 host_of(rf.machine))
-            plans[result.scenario] = Planned(plan.scenario, plan.path, plan.before, after,
-                                             (*plan.added, rf.run_id), plan.refused)
+            plans[result.scenario] = replace(plan, after=after, added=(*plan.added, rf.run_id))
     return list(plans.values())
 
 
@@ -104,6 +109,14 @@ def _other_host(rf: ResultsFile, plan: Planned) -> str | None:
             "`--replace` (both replace the stored pool), or keep each host's pools in its own PERF_BASELINE_DIR")
 
 
+def write_problem(store: BaselineStore, plans: Iterable[Planned]) -> str | None:
+    """Why ``apply`` cannot write these plans into ``store`` (None: it can, or there is nothing to write); creates
+    nothing, so a dry run can say it too."""
+    if not any(p.after is not None and p.added for p in plans):
+        return None
+    return place_problem(store.dir)
+
+
 def apply(store: BaselineStore, plans: Iterable[Planned]) -> list[Path]:
     return [store.write(p.after) for p in plans if p.after is not None and p.added]
 
@@ -111,6 +124,7 @@ def apply(store: BaselineStore, plans: Iterable[Planned]) -> list[Path]:
 def describe(plan: Planned) -> list[str]:
     """Human-readable per-metric diff of one planned update."""
     lines = [f"{plan.path}: +{len(plan.added)} run(s) {', '.join(plan.added) or '-'}"]
+    lines += [f"  already pooled (0 added, left as it is): {run_id}" for run_id in plan.pooled]
     lines += [f"  refused {why}" for why in plan.refused]
     if plan.after is None or not plan.added:
         return lines
@@ -136,9 +150,10 @@ def _pct(entry: dict) -> str:
 
 def last_clean_runs(files: Sequence[ResultsFile], machine_key: str, k: int, scenario_glob: str | None = None,
                     host: HostIdentity | None = None, accept: str | None = None) -> dict[str, list[ResultsFile]]:
-    """Per scenario, the newest ``k`` clean runs of ``machine_key`` measured on ``host`` (oldest first); without
-    ``host``, on the host of the newest run of ``machine_key`` that records one (a pool is one host's). With
-    ``accept``, runs judged regression or inconclusive count too (``refusal``)."""
+    """Per scenario, the newest ``k`` clean runs of ``machine_key`` measured on ``host`` (oldest first; none for a
+    scenario those runs measured but never cleanly); without ``host``, on the host of the newest run of
+    ``machine_key`` that records one (a pool is one host's). With ``accept``, runs judged regression or
+    inconclusive count too (``refusal``)."""
     mine = sorted((f for f in files if f.machine_key == machine_key), key=lambda r: r.date, reverse=True)
     if host is None:
         host = next((h for f in mine if (h := host_of(f.machine)) is not None), None)
@@ -148,6 +163,6 @@ def last_clean_runs(files: Sequence[ResultsFile], machine_key: str, k: int, scen
             s = result.scenario
             if scenario_glob is not None and not fnmatch.fnmatchcase(s, scenario_glob):
                 continue
-            if refusal(rf, s, accept) is None and len(chosen.setdefault(s, [])) < k:
+            if len(chosen.setdefault(s, [])) < k and refusal(rf, s, accept) is None:
                 chosen[s].append(rf)
     return {s: list(reversed(v)) for s, v in chosen.items()}

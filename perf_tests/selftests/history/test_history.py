@@ -27,6 +27,7 @@ from engine_fixtures.store.history_db import resolve_url
 from engine_fixtures.store.history_schema import metadata
 from engine_fixtures.store.results import ResultsFile
 from perf_tests.selftests.history.writer import make_run
+from perf_tests.selftests.judge.test_cli import assert_names_the_scenario_with_no_clean_run, mixed_runs
 
 ROOT = Path(__file__).resolve().parents[3]
 COMMITTED = ROOT / "docs" / "results"
@@ -134,6 +135,17 @@ def test_update_from_runs_pools_the_newest_clean_runs_of_the_store(history_url: 
                  "--baseline-dir", str(bl), "--scenario", "*copy=buffer*", "--accept", "looked at run 10"]) == 0
     expected = ", ".join(make_run(1, i).run_id for i in (8, 9, 10))
     assert f"engine/transport=cpu/copy=buffer/c=16: pooling {expected}" in capsys.readouterr().out
+
+
+def test_update_from_runs_names_a_scenario_of_the_store_with_no_clean_run(history_url: str, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Before (issue 37): the history gave no candidate of other/c=8, so it was not named, and the command exited 0."""
+    with open_store(history_url, tmp_path) as store:
+        for rf in mixed_runs():
+            store.append(rf)
+    code = main(["update", "--from-runs", "3", "--machine", "m1", "--history-url", history_url, "--baseline-dir",
+                 str(tmp_path / "bl")])
+    assert_names_the_scenario_with_no_clean_run(code, *capsys.readouterr())
 
 
 def test_history_shows_the_change_and_draws_it(history_url: str, tmp_path: Path,

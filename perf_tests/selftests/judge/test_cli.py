@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -132,6 +133,113 @@ def test_update_from_runs_needs_a_positive_k_and_show_a_baseline_dir_that_exists
     assert f"there is no baseline directory {tmp_path / 'nonexistent'} (--baseline-dir" in capsys.readouterr().err
     assert main(["show", "--baseline-dir", str(tmp_path), "--machine", "m9"]) == 2
     assert "no pools of machine key m9" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "1e999", "0.0", "-1.0"])
+def test_show_compare_and_update_stop_on_a_pool_whose_samples_no_run_gives_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str) -> None:
+    """Before (issue 37): a traceback (ValueError: log-scale metric with non-positive values), or, for an infinite
+    window, a pool judged with `catches nan%` (`compare` rc 0, an `improvement`) and `update` a traceback."""
+    bl = str(tmp_path / "bl")
+    runs = [results_file(tmp_path, f"a{i}", noisy(10.0, i), date=f"2025-01-0{i}T00:00:00+00:00") for i in (1, 2, 3)]
+    assert main(["update", "--from", *map(str, runs), "--baseline-dir", bl]) == 0
+    pool = tmp_path / "bl" / "m1" / "demo%2Fc=4.json"
+    data = json.loads(pool.read_text())
+    data["runs"][1]["samples"]["latency_p50_ms"][2] = "BAD"
+    pool.write_text(json.dumps(data).replace('"BAD"', bad))
+    capsys.readouterr()
+    new = results_file(tmp_path, "b", noisy(10.0, 9), date="2025-01-05T00:00:00+00:00")
+    for argv in (["show"], ["compare", str(new)], ["update", "--from", str(new)]):
+        assert main([*argv, "--baseline-dir", bl]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"perf-baseline: error: baseline file {pool} is malformed (run m1@a2: "
+                              "samples['latency_p50_ms'] has "), err
+        assert f"restore it from git (`git checkout -- {pool}`) or recreate it with" in err
+    assert len(json.loads(pool.read_text())["runs"]) == 3  # update wrote nothing
+
+
+def test_update_into_a_read_only_baseline_dir_is_an_error_naming_it_dry_run_or_not(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], small_tmpfs) -> None:
+    """Before (issue 37): the real update printed the diff, then an OSError traceback (rc 1); its dry run said
+    nothing and exited 0."""
+    bl = small_tmpfs("bl", "1m")
+    runs = [results_file(tmp_path, f"a{i}", noisy(10.0, i), date=f"2025-01-0{i}T00:00:00+00:00") for i in (1, 2, 3)]
+    assert main(["update", "--from", *map(str, runs[:2]), "--baseline-dir", str(bl)]) == 0
+    subprocess.run(["mount", "-o", "remount,ro", str(bl)], check=True, timeout=30)  # not writable, even by root
+    capsys.readouterr()
+    for dry in (["--dry-run"], []):
+        assert main(["update", "--from", str(runs[2]), "--baseline-dir", str(bl), *dry]) == 2, dry
+        out, err = capsys.readouterr()
+        assert "runs 2 -> 3" in out  # the diff first
+        assert err.startswith(f"perf-baseline: error: the pools cannot be written under {bl}: {bl}/m1 is not "
+                              f"writable; pass --baseline-dir a directory this user can write (or make {bl} "
+                              "writable)"), err
+    assert len(json.loads((bl / "m1" / "demo%2Fc=4.json").read_text())["runs"]) == 2
+
+
+def test_re_adding_a_pooled_run_says_it_is_already_pooled_and_writes_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before (issue 37): `+1 run(s) m1@a1`, `runs 3 -> 3`, and the pool rewritten."""
+    bl = str(tmp_path / "bl")
+    runs = [results_file(tmp_path, f"a{i}", noisy(10.0, i), date=f"2025-01-0{i}T00:00:00+00:00") for i in (1, 2, 3)]
+    assert main(["update", "--from", *map(str, runs), "--baseline-dir", bl]) == 0
+    pool = tmp_path / "bl" / "m1" / "demo%2Fc=4.json"
+    written = pool.stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(["update", "--from", str(runs[0]), str(runs[0]), "--baseline-dir", bl]) == 0
+    assert capsys.readouterr().out == (f"{pool}: +0 run(s) -\n"
+                                       "  already pooled (0 added, left as it is): m1@a1\n"
+                                       "  already pooled (0 added, left as it is): m1@a1\n")
+    assert pool.stat().st_mtime_ns == written
+
+
+def mixed_runs() -> list[ResultsFile]:
+    """Three runs measuring demo/c=4 (judged pass) and other/c=8 (judged regression every time)."""
+    out = []
+    for i in (1, 2, 3):
+        a = RunResult("demo/c=4", {"c": "4"}, {"latency_p50_ms": tuple(noisy(10.0, i))})
+        b = RunResult("other/c=8", {"c": "8"}, {"latency_p50_ms": tuple(noisy(20.0, i))})
+        out.append(ResultsFile((a, b), "m1", {"host": HOST.to_json()}, date=f"2025-01-0{i}T00:00:00+00:00",
+                               run_id=f"m1@r{i}", verdicts={"demo/c=4": {"latency_p50_ms": "pass"},
+                                                            "other/c=8": {"latency_p50_ms": "regression"}}))
+    return out
+
+
+def assert_names_the_scenario_with_no_clean_run(code: int, out: str, err: str) -> None:
+    assert code == 2
+    assert "demo/c=4: pooling m1@r1, m1@r2, m1@r3" in out
+    assert "other/c=8: found 0 clean run(s) of the 3 asked; not pooled" in out
+    assert ("error: --from-runs 3: 1 scenario(s) have fewer clean runs than asked, so their pools were not written: "
+            "other/c=8 (0 of 3).") in err
+    assert "every run of it was judged regression or inconclusive" in err
+
+
+def test_update_from_runs_names_a_scenario_with_no_clean_run(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Before (issue 37): other/c=8 was not named at all, and the command exited 0."""
+    for rf in mixed_runs():
+        (tmp_path / f"results-{rf.run_id[3:]}.json").write_text(rf.dumps())
+    code = main(["update", "--from-runs", "3", "--from", str(tmp_path), "--machine", "m1", "--baseline-dir",
+                 str(tmp_path / "bl")])
+    assert_names_the_scenario_with_no_clean_run(code, *capsys.readouterr())
+    assert [p.name for p in (tmp_path / "bl" / "m1").iterdir()] == ["demo%2Fc=4.json"]
+
+
+def test_migrate_a_missing_baseline_dir_and_import_a_missing_path_are_errors_that_create_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before (issue 37): `migrate` exited 0 saying nothing; `import` created the history and its directory, after
+    which `runs` said `0 run(s)` with exit 0."""
+    assert main(["migrate", "--baseline-dir", str(tmp_path / "nonexistent")]) == 2
+    assert f"error: there is no baseline directory {tmp_path / 'nonexistent'} (--baseline-dir" in (
+        capsys.readouterr().err)
+    url = f"sqlite:///{tmp_path / 'new' / 'history.sqlite'}"
+    assert main(["import", str(tmp_path / "nonexistent"), "--history-url", url]) == 2
+    assert capsys.readouterr().err == (f"perf-baseline: error: {tmp_path / 'nonexistent'} does not exist; pass "
+                                       "results JSON files or directories of them (nothing was imported, no history "
+                                       "created)\n")
+    assert not (tmp_path / "new").exists()
+    assert main(["runs", "--history-url", url]) == 2
+    assert "there is no run history at" in capsys.readouterr().err
 
 
 def test_validate_counts_false_alarms_and_detections_on_runs(tmp_path: Path,

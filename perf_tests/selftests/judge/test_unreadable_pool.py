@@ -1,6 +1,9 @@
 """An unreadable pool (truncated, not JSON, an unknown format version, a directory in its place) is reported once at
 start and fails only the row that reads it: the CPU tier's other arms are judged, its same-run invariant still
-decides, and the results are written (issue 28, case 2).
+decides, and the results are written (issue 28, case 2). So is a well-formed pool whose samples no measurement gives
+(NaN, inf, a number too large for a double, 0 or a negative value of a log-scale metric, ``samples: null``, empty
+windows): before, it errored every test after the whole measurement, crashed the session, was judged (a false
+regression that "catches nan%") or silently read as no pool (issue 37).
 
 An in-process session through the real ``perf_cpu_tier`` fixture, whose rounds come from a stand-in for
 ``scenarios.cpu_tier.measure`` that judges between looks as the real one does (``open_cells`` with the fixture's
@@ -20,8 +23,9 @@ import engine_fixtures.scenarios.cpu_tier  # noqa: F401
 from engine_fixtures.machine import MachineInfo
 from engine_fixtures.options import Settings
 from engine_fixtures.session.perf_session import PerfSession
-from engine_fixtures.store.baselines import MissingBaseline
+from engine_fixtures.store.baselines import BaselineRun, BaselineStore, MissingBaseline
 from engine_fixtures.store.files import file_name_of
+from engine_fixtures.store.results import ResultsFile, RunResult
 
 pytest_plugins = ("pytester",)
 
@@ -65,18 +69,51 @@ def test_invariant(smoke, perf_invariant):
 TORCH = "mech/copy=torch/threads=cpus/quota=0.5/res=256/c=2"
 
 
+# What a pool's second run holds instead of its torch windows, as JSON text (json.loads reads NaN, Infinity and
+# 1e999, which does not fit a double, as floats; the suite never writes them).
+BAD_SAMPLES = {"nan": '{"requests_per_s": [10.1, NaN, 10.0]}', "inf": '{"requests_per_s": [10.1, Infinity, 10.0]}',
+               "huge": '{"requests_per_s": [10.1, 1e999, 10.0]}', "zero": '{"requests_per_s": [10.1, 0.0, 10.0]}',
+               "negative": '{"requests_per_s": [10.1, -9.9, 10.0]}', "null": "null",
+               "empty-windows": '{"requests_per_s": []}', "no-metric": "{}"}
+WHY = {"nan": "has non-finite values [nan]", "inf": "has non-finite values [inf]",
+       "huge": "has non-finite values [inf]", "zero": "has values [0.0] where every value must be finite and > 0",
+       "negative": "has values [-9.9] where every value must be finite and > 0",
+       "null": "samples must be a mapping of metric names to numbers, got None",
+       "empty-windows": "samples['requests_per_s'] is empty", "no-metric": "samples is empty"}
+
+
 def spoil(path: Path, how: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if how == "directory":
         path.mkdir()
+    elif how in BAD_SAMPLES:
+        write_pool(path.parent.parent)
+        data = json.loads(path.read_text())
+        data["runs"][1]["samples"] = "BAD"
+        path.write_text(json.dumps(data).replace('"BAD"', BAD_SAMPLES[how]))
     else:
         path.write_text({"truncated": '{"format_version": 3, "scen', "not-json": "this is not JSON\n",
                          "format-99": json.dumps({"format_version": 99, "scenario": TORCH})}[how])
 
 
-@pytest.mark.parametrize("how", ["truncated", "not-json", "format-99", "directory"])
+def write_pool(root: Path) -> None:
+    """A good pool of three runs of the torch arm, recorded on this host (it judges this host's runs)."""
+    here = MachineInfo.collect()
+    store, pool = BaselineStore(root, here.key, here.host), None
+    for i in range(3):
+        result = RunResult(TORCH, {"copy": "torch"}, {"requests_per_s": (10.1 + 0.01 * i, 9.9, 10.0)})
+        rf = ResultsFile((result,), here.key, here.as_dict(), "abc", f"2026-12-0{i + 1}T00:00:00+00:00", "pytest",
+                         {}, run_id=f"run{i}", verdicts={TORCH: {"requests_per_s": "pass"}})
+        run = BaselineRun.from_result(result, rf)
+        pool = store.pooled_with(result, run, rf.machine) if pool is None else pool.with_run(run)
+    assert pool is not None
+    store.write(pool)
+
+
+@pytest.mark.parametrize("how", ["truncated", "not-json", "format-99", "directory", *BAD_SAMPLES])
 def test_every_kind_of_unreadable_pool_is_a_missing_baseline_carrying_its_error(tmp_path: Path, how: str) -> None:
-    session = PerfSession(Settings(baseline_dir=tmp_path), "cpu-test")
+    here = MachineInfo.collect()
+    session = PerfSession(Settings(baseline_dir=tmp_path), here.key, here.as_dict())
     spoil(session.store.path_for(TORCH), how)
     base = session.pool(TORCH)
     assert isinstance(base, MissingBaseline)
@@ -84,10 +121,16 @@ def test_every_kind_of_unreadable_pool_is_a_missing_baseline_carrying_its_error(
     assert str(session.store.path_for(TORCH)) in base.unreadable
     assert session.unreadable == {TORCH: base.unreadable}
     assert base.reason.startswith(f"{TORCH!r} is not judged against its pool: baseline file ")
+    if how in BAD_SAMPLES:  # the run and the metric, and the fix
+        assert "is malformed (run run1: " in base.unreadable
+        assert WHY[how] in base.unreadable
+        assert f"restore it from git (`git checkout -- {session.store.path_for(TORCH)}`)" in base.unreadable
 
 
 # a ValueError (json) and an OSError (read) through the whole session; the other kinds differ only in the message
-@pytest.mark.parametrize("how", ["truncated", "directory"])
+# nan: before, every test errored after the measurement (ValueError about the log scale) and nothing was written;
+# null: an INTERNALERROR at start
+@pytest.mark.parametrize("how", ["truncated", "directory", "nan", "null"])
 def test_an_unreadable_pool_fails_only_its_row_and_the_invariant_still_decides(
         pytester: pytest.Pytester, how: str) -> None:
     pytester.makepyfile(test_tiny=TEST_FILE)
