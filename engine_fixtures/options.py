@@ -158,14 +158,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_repeats", "Budget: while a verdict is inconclusive the runner measures more windows, up to this "
            "many (at least --perf-repeats).", parse_positive_int, DEFAULT_MAX_REPEATS, "N"),
     Option("floor", "Override every judged metric's declared floor (the smallest change ever flagged), e.g. 5 or "
-           "5%%. The tolerance itself comes from the noise measured in the pooled baseline.", parse_percent, None,
+           "5%. The tolerance itself comes from the noise measured in the pooled baseline.", parse_percent, None,
            "PCT", show=lambda v: f"{v * 100:g}%"),
     Option("reference", "Judge the engine tier as a paired A/B against this reference build, measured interleaved "
            "on this runner: venv:DIR, python:PATH, site:DIR, wheel:FILE.whl, patch:NAME=MS, env:K=V (join with "
            "'+'). Without it, results are judged against the pooled baselines.", parse_reference, None, "BUILD"),
     Option("ab_instances", "A group of engines (an A/B against --perf-reference, the transport group): fresh "
            "instance groups (engine pairs) to measure before the first look; the group is the unit of every "
-           "verdict, so the offset between two starts of one build (TPOT 3%%, TTFT 5%% on the 4B shape) is inside "
+           "verdict, so the offset between two starts of one build (TPOT 3%, TTFT 5% on the 4B shape) is inside "
            "the interval, with this host's A/A history pooled into the variance where null A/B runs recorded one.",
            parse_positive_int, 3, "N"),
     Option("ab_max_instances", "A group of engines: the most fresh instance groups while a verdict is undecided "
@@ -212,8 +212,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("lock_timeout", "Seconds a run that measures waits for the machine lock held by another measuring run "
            "(two perf runs on one machine corrupt each other's numbers) before it fails.", parse_positive_float,
            1800.0, "S"),
-    Option("ab_detect", "A group of engines: the widest change a pass may promise to catch, e.g. 10 or 10%%, on "
-           "every log-scale metric (default twice each metric's declared live-contrast size: 20%% for throughput, "
+    Option("ab_detect", "A group of engines: the widest change a pass may promise to catch, e.g. 10 or 10%, on "
+           "every log-scale metric (default twice each metric's declared live-contrast size: 20% for throughput, "
            "TTFT and TPOT); a run that cannot promise it is inconclusive.", parse_percent, None, "PCT",
            show=lambda v: f"{v * 100:g}%"),
     Option("require_gpu", "This run tests the GPU tier on N GPUs: the session stops at start unless NVML sees N GPUs "
@@ -243,11 +243,12 @@ def add_options(addoption: Callable[..., Any], prefix: str = "perf-", names: tup
         flag = "--" + prefix + opt.name.replace("_", "-")
         default = "" if "Default:" in opt.help else f" Default: {display(opt.default, opt)};"  # help says it
         ini = f"; ini {opt.ini}" if prefix else ""
-        default_text = f"{default} {'env' if default else 'Env'} {opt.env}{ini}.".replace("%", "%%")
+        # argparse formats help with %: the texts hold a plain "%" (pytest's ini help prints them as they are)
+        text = f"{opt.help}{default} {'env' if default else 'Env'} {opt.env}{ini}.".replace("%", "%%")
         if opt.flag:
-            addoption(flag, action="store_true", default=None, help=opt.help + default_text)
+            addoption(flag, action="store_true", default=None, help=text)
         else:
-            addoption(flag, metavar=opt.metavar, default=None, help=opt.help + default_text)
+            addoption(flag, metavar=opt.metavar, default=None, help=text)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from engine_fixtures.errors import ConfigError
 from engine_fixtures.inject import parse_injection
 from engine_fixtures.quota import QuotaSetting
 
+pytest_plugins = ("pytester",)
+
 REPRS = ("QuotaSetting(", "PosixPath(", "mappingproxy", "EngineBuild(", "Injection(", "None", "True", "False")
 
 
@@ -61,3 +63,16 @@ def test_perf_baseline_errors_name_its_own_options(tmp_path: Path, capsys: pytes
     assert "--history-url is 'none'" in capsys.readouterr().err
     assert main(["runs", "--history-url", "none", "--results-dir", str(tmp_path)]) == 2
     assert "--perf-" not in capsys.readouterr().err
+
+
+def test_help_shows_a_percent_sign_once_in_option_and_ini_help(pytester: pytest.Pytester) -> None:
+    """Issue 37: the ini help printed ``5%%`` (the texts were escaped for argparse, which pytest's ini help is not)."""
+    assert not [o.ini for o in options.OPTIONS if "%%" in o.help]
+    parser = argparse.ArgumentParser()
+    options.add_options(parser.add_argument)
+    text = " ".join(parser.format_help().split())
+    assert "e.g. 5 or 5%. The" in text
+    assert "%%" not in text
+    help_text = " ".join(pytester.runpytest_inprocess("--help").stdout.str().split())
+    assert "%%" not in help_text
+    assert help_text.count("e.g. 5 or 5%. The") == 2  # --perf-floor and the ini key perf_floor
