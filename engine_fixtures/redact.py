@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import sys
@@ -26,5 +27,7 @@ def mask_value(value: str) -> str:
 
 
 def command_line(argv: Sequence[str] | None = None) -> str:
-    """This process's command line (or ``argv``), shell-quoted, every secret masked."""
-    return shlex.join(mask_value(a) for a in (sys.argv if argv is None else argv))
+    """This process's command line (or ``argv``), shell-quoted, every secret masked, as UTF-8 text: bytes of an
+    argument that are not UTF-8 are written ``\\xff`` (a lone surrogate cannot be stored in the run history)."""
+    args = sys.argv if argv is None else argv
+    return shlex.join(mask_value(os.fsencode(a).decode("utf-8", "backslashreplace")) for a in args)

@@ -248,8 +248,9 @@ class PerfSession:
                 store.append(results, source=str(path))
                 self.history_note = f"run history: appended to {shown(store.url)}"
                 return run_trends(store, results)
-        except PerfError as exc:
-            self.failures.append(f"run history not written: {exc}. This run's results are in {path}; append them "
+        except Exception as exc:  # a driver's own error (e.g. text it cannot encode) is a FAILED line too
+            why = exc if isinstance(exc, PerfError) else f"{type(exc).__name__}: {exc}"
+            self.failures.append(f"run history not written: {why}. This run's results are in {path}; append them "
                                  f"later with `perf-baseline import {path} --history-url URL`")
         return []
 

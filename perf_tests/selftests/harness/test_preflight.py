@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -42,9 +43,11 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
-def run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return p.runpytest_inprocess("-rs", "--perf-strict", "no", "--perf-history-url", "none", "--perf-baseline-dir",
-                                 str(p.path / "bl"), "--perf-results-dir", str(p.path / "out"), *args)
+def run(p: pytest.Pytester, *args: str, history: bool = False) -> pytest.RunResult:
+    """An in-process session; ``history``: the default run history (an SQLite file in the results dir)."""
+    return p.runpytest_inprocess("-rs", "--perf-strict", "no", *([] if history else ["--perf-history-url", "none"]),
+                                 "--perf-baseline-dir", str(p.path / "bl"), "--perf-results-dir", str(p.path / "out"),
+                                 *args)
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -131,3 +134,57 @@ def test_a_state_dir_that_breaks_after_the_check_is_a_header_line_not_an_interna
     guard.start()
     assert guard.record is None
     assert any("no machine state in" in line and "--perf-state-dir" in line for line in guard.lines()), guard.lines()
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("out\udcff", "{dir}/out\\xff holds bytes that are not UTF-8; rename it or pass another path"),
+    ("x" * 300, "cannot be used: File name too long"),
+    ("/".join(["y" * 250] * 17), "is too long: "),
+    ("loop", "{dir}/loop is a symbolic link that leads nowhere (a loop, or its target is missing)"),
+    ("loop/out", "{dir}/loop/out cannot be created: {dir}/loop is a symbolic link that leads nowhere"),
+], ids=["not-utf8", "name-too-long", "path-too-long", "symlink-loop", "under-symlink-loop"])
+def test_a_results_dir_that_could_not_be_written_is_refused_at_start(
+        suite: pytest.Pytester, name: str, message: str) -> None:
+    """Issue 37, case 1: a name that is not UTF-8 was accepted, measured, then its history row, summary and report
+    were lost to a traceback (and its JSON's path could never be imported); a name too long was an INTERNALERROR."""
+    (suite.path / "loop").symlink_to(suite.path / "loop")
+    r = run(suite, "--perf-results-dir", f"{suite.path}/{name}", history=True)
+    text = r.stdout.str() + r.stderr.str()
+    assert r.ret == pytest.ExitCode.USAGE_ERROR, text
+    assert "Invalid --perf-results-dir" in text
+    assert message.format(dir=suite.path) in text, text
+    assert "INTERNALERROR" not in text
+    assert "Traceback" not in text
+    assert {p.name for p in suite.path.iterdir()} - {".benchmarks"} == {"a-file", "loop", "test_demo.py"}  # no file
+
+
+def test_a_results_dir_with_odd_characters_gets_every_file(suite: pytest.Pytester) -> None:
+    """Spaces, %, ?, #, @, :, a newline and a tab in its name: results, history, summary and report are written."""
+    out = suite.path / "out dir %s%%2F ?x=1 #f @h:1\n\t"
+    r = run(suite, "--perf-results-dir", str(out), history=True)
+    assert r.ret == pytest.ExitCode.OK, r.stdout.str()
+    assert "FAILED" not in r.stdout.str()
+    (results,) = out.glob("results-*.json")
+    assert sorted(p.name for p in out.iterdir()) == ["history.sqlite", "report.html", results.name, "summary.md"]
+    with sqlite3.connect(out / "history.sqlite") as db:
+        assert db.execute("SELECT count(*) FROM runs").fetchone() == (1,)
+
+
+def test_a_history_step_that_raises_any_error_keeps_the_summary_and_report(
+        suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver's own error (here the text it could not encode, as a lone surrogate was) is a FAILED line naming
+    the import command; the summary and the report are still written."""
+    from engine_fixtures.store.history import HistoryStore
+
+    def append(*_args: object, **_kwargs: object) -> None:
+        raise UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates not allowed")
+
+    monkeypatch.setattr(HistoryStore, "append", append)
+    r = run(suite, history=True)
+    text = r.stdout.str()
+    assert r.ret == pytest.ExitCode.TESTS_FAILED, text
+    assert "Traceback" not in text + r.stderr.str()
+    (results,) = (suite.path / "out").glob("results-*.json")
+    r.stdout.fnmatch_lines([f"*FAILED: run history not written: UnicodeEncodeError: *perf-baseline import {results}*"])
+    assert (suite.path / "out" / "summary.md").exists()
+    assert (suite.path / "out" / "report.html").exists()

@@ -5,6 +5,7 @@ run lives, for the lock and the record, and after it, for every file under its d
 from __future__ import annotations
 
 import json
+import os
 import stat
 import sys
 from pathlib import Path
@@ -45,6 +46,14 @@ def test_the_command_line_is_captured_with_every_secret_masked() -> None:
     assert line == ("pytest --perf-history-url 'postgresql://u:***@h/db' -k 'x y' "
                     "'--perf-history-url=postgresql://u@h/db?sslpassword=***&sslmode=require'")
 
+
+def test_the_command_line_capture_is_text_the_history_can_store() -> None:
+    """Issue 37, case 1: an argument holding bytes that are not UTF-8 (a lone surrogate in ``sys.argv``) made the
+    results JSON's command unstorable: the history row, the summary and the report were lost to a traceback, and
+    ``perf-baseline import`` of that JSON failed the same way."""
+    line = command_line(["pytest", "-k", os.fsdecode(b"caf\xe9"), "--perf-results-dir", "out"])
+    assert line == r"pytest -k 'caf\xe9' --perf-results-dir out"
+    assert line.encode("utf-8")
 
 def run_with(p: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, url: str) -> tuple[pytest.RunResult, Path]:
     """A session given ``url`` on its command line; every file under its directories checked; its results file."""
