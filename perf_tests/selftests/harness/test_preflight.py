@@ -188,3 +188,25 @@ def test_a_history_step_that_raises_any_error_keeps_the_summary_and_report(
     r.stdout.fnmatch_lines([f"*FAILED: run history not written: UnicodeEncodeError: *perf-baseline import {results}*"])
     assert (suite.path / "out" / "summary.md").exists()
     assert (suite.path / "out" / "report.html").exists()
+
+
+@pytest.mark.parametrize(("parent", "problem"), [
+    ("plain", "{dir}/plain is not a cgroup directory (it holds neither cgroup.controllers (v2) nor cpu.cfs_quota_us"),
+    ("missing", "{dir}/missing does not exist"),
+    ("a-file", "{dir}/a-file is not a directory"),
+], ids=["plain-dir", "missing", "file"])
+def test_a_cgroup_parent_that_is_no_cgroup_is_one_usage_error_leaving_nothing(
+        suite: pytest.Pytester, parent: str, problem: str) -> None:
+    """Issue 37, case 2: a plain directory gave an INTERNALERROR and kept a ``perf-probe-*`` directory of quota files;
+    a missing one was the last line of a 60-line INTERNALERROR."""
+    suite.makepyfile(test_cg="import pytest\n\n@pytest.mark.cgroup\ndef test_cg(cpu_quota_factory):\n    pass\n")
+    (suite.path / "plain").mkdir()
+    r = run(suite, "--perf-cgroup-parent", str(suite.path / parent))
+    assert r.ret == pytest.ExitCode.USAGE_ERROR, r.stdout.str() + r.stderr.str()
+    (line,) = [x for x in r.stderr.str().splitlines() if x.strip()]
+    assert line.startswith(f"ERROR: Invalid --perf-cgroup-parent '{suite.path / parent}' from command line "
+                           f"--perf-cgroup-parent: {problem.format(dir=suite.path)}"), line
+    assert "pass a cgroup directory (e.g. --perf-cgroup-parent /sys/fs/cgroup/<path>) or drop the option" in line
+    assert "INTERNALERROR" not in r.stdout.str()
+    assert list((suite.path / "plain").iterdir()) == []
+    assert not (suite.path / "out").exists()
