@@ -21,7 +21,7 @@ from engine_fixtures.errors import ConfigError
 from engine_fixtures.inject import Injection, parse_injection
 from engine_fixtures.judge.sequential import DEFAULT_MAX_REPEATS, DEFAULT_REPEATS
 from engine_fixtures.quota import QuotaSetting
-from engine_fixtures.redact import mask_value
+from engine_fixtures.redact import mask_url, mask_value
 
 Parser = Callable[[str], Any]
 
@@ -143,7 +143,7 @@ OPTIONS: tuple[Option, ...] = (
            Path(".perf-results"), "DIR"),
     Option("history_url", "Run-history database every run is appended to (after its results JSON): default an "
            "SQLite file <results-dir>/history.sqlite; postgresql://USER:PASSWORD@HOST:PORT/DB for a fleet of runners "
-           "(docs/history/compose.yml); 'none' writes no history.", str, None, "URL"),
+           "(docs/history/compose.yml); 'none' writes no history.", str, None, "URL", show=mask_url),
     Option("runner_labels", "Labels of the runner stored with each run in the history, comma-separated (e.g. "
            "'h200,rack-3'); GitHub's RUNNER_NAME is stored as the runner's name.", str, "", "A,B"),
     Option("update_baselines", "Write this run's results as the new baselines (same as 'perf-baseline update').",

@@ -33,7 +33,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from engine_fixtures.errors import PerfError
-from engine_fixtures.redact import mask_value
+from engine_fixtures.redact import mask_url, scrub
 from engine_fixtures.store.files import place_problem
 from engine_fixtures.store.history_schema import SCHEMA_REVISION
 
@@ -54,10 +54,9 @@ class HistoryError(PerfError):
 
 
 def shown(url: URL | str) -> str:
-    """The URL as it may appear in a message or a log: the password masked."""
-    if isinstance(url, URL):
-        return url.render_as_string(hide_password=True)
-    return mask_value(url)
+    """The URL as it may appear in a message or a log: every secret masked, an unparsable one not shown
+    (``redact.mask_url``)."""
+    return mask_url(url)
 
 
 def resolve_url(option: str | None, results_dir: Path) -> URL | None:
@@ -68,7 +67,7 @@ def resolve_url(option: str | None, results_dir: Path) -> URL | None:
         return None
     try:
         url = make_url(option.strip())
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is no number (a raw ":" in a password)
         raise HistoryError(f"Invalid {OPTION} {shown(option)!r}: not a database URL; use {FORMS}") from None
     backend = url.get_backend_name()
     if backend == "postgresql":
@@ -136,7 +135,7 @@ def translated(url: URL, doing: str) -> Iterator[None]:
         yield
     except DBAPIError as exc:
         detail = (str(exc.orig) if exc.orig is not None else str(exc)).strip().splitlines()[0]
-        problem = f"{type(exc.orig).__name__}: {detail}"
+        problem = scrub(f"{type(exc.orig).__name__}: {detail}", url)  # should the driver echo a secret
         if url.get_backend_name() == "sqlite" and type(exc) is sa.exc.DatabaseError:  # not an SQLite file at all
             raise HistoryError(f"{url.database} is not an SQLite database this suite can read ({problem}): the run "
                                f"history ({OPTION}) cannot {doing} it; move the file away or "

@@ -9,11 +9,13 @@ import os
 import stat
 import sys
 from pathlib import Path
+from urllib.parse import unquote_plus
 
 import pytest
 
+from engine_fixtures import options
 from engine_fixtures.redact import command_line
-from engine_fixtures.store.history import HistoryStore
+from engine_fixtures.store.history import HistoryError, HistoryStore
 
 pytest_plugins = ("pytester",)
 
@@ -113,3 +115,49 @@ def test_no_written_file_nor_the_history_holds_the_password(
         (run,) = store.load([json.loads(results.read_text())["run_id"]])
     assert not any(x in run.command for x in SECRETS)
     assert "postgres:***@" in run.command
+
+
+PW = "S3cr3t-pw"  # in every form below; with "@" and ":" where the form allows them
+FORMS = {
+    "user-password": "postgresql://perf:S3cr3t-pw@127.0.0.1:1/perf",
+    "password-only": "postgresql://:S3cr3t-pw@127.0.0.1:1/perf",
+    "driver": "postgresql+psycopg://perf:S3cr3t-pw@127.0.0.1:1/perf",
+    "percent-encoded": "postgresql://perf:S3cr3t-pw%40x%3Ay@127.0.0.1:1/perf",
+    "raw-at-and-colon": "postgresql://perf:S3cr3t-pw@x:y@127.0.0.1:1/perf",
+    "query-password": "postgresql://perf@127.0.0.1:1/perf?password=S3cr3t-pw",
+    "query-sslpassword": "postgresql://perf@127.0.0.1:1/perf?sslmode=disable&sslpassword=S3cr3t-pw",
+    "query-upper-case": "postgresql://perf@127.0.0.1:1/perf?PASSWORD=S3cr3t-pw",
+    "query-encoded": "postgresql://perf@127.0.0.1:1/perf?password=S3cr3t-pw%20%26x",
+    "query-only": "postgresql:///perf?host=127.0.0.1&port=1&user=perf&password=S3cr3t-pw",
+    "both": "postgresql://perf:S3cr3t-pw@127.0.0.1:1/perf?password=S3cr3t-pw",
+    "no-scheme": "perf:S3cr3t-pw@127.0.0.1:1/perf",
+    "libpq-key-value": "host=127.0.0.1 port=1 user=perf password=S3cr3t-pw",
+    "unsupported-scheme": "mysql://perf:S3cr3t-pw@127.0.0.1:1/perf",
+}
+
+
+@pytest.mark.parametrize("url", FORMS.values(), ids=FORMS.keys())
+def test_every_form_of_the_url_is_masked_in_the_header_and_the_error(url: str, tmp_path: Path) -> None:
+    """Issue 37, case 3: a URL not in ``user:password@`` form (a query password, no scheme, a libpq key=value
+    string) printed its password in clear, in the header, in the error or both. The header line is the plugin's
+    ``display`` of the option, the error the one the session stops with at start (``HistoryStore.open``), and the
+    command line as the results JSON, the lock and the run record store it."""
+    header = options.display(url, options.OPTIONS_BY_NAME["history_url"])
+    with pytest.raises(HistoryError) as info:
+        HistoryStore.open(url, tmp_path)
+    stored = command_line(["pytest", "--perf-history-url", url, f"--history-url={url}"])  # the results' command
+    for text in (header, str(info.value), stored):
+        assert PW not in unquote_plus(text), text
+        assert "***" in text or "not shown" in text, text
+
+
+def test_a_query_password_is_masked_in_the_session_header_and_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_demo=TEST_FILE)
+    r = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--perf-results-dir", str(pytester.path / "out"),
+                                     "--perf-history-url", FORMS["query-sslpassword"])
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    assert PW not in r.stdout.str() + r.stderr.str()
+    r.stdout.fnmatch_lines(["perf options: *history_url=postgresql://perf@127.0.0.1:1/perf?sslmode=disable"
+                            "&sslpassword=*** (command line --perf-history-url)*"])
+    r.stderr.fnmatch_lines(["*cannot open the run history at postgresql+psycopg://perf@127.0.0.1:1/perf?*"
+                            "sslpassword=****Connection refused*"])
