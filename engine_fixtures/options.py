@@ -19,6 +19,7 @@ from typing import Any
 from engine_fixtures.engine.build import EngineBuild, parse_reference
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.inject import Injection, parse_injection
+from engine_fixtures.judge.decide import MIN_BLOCKS
 from engine_fixtures.judge.sequential import DEFAULT_MAX_REPEATS, DEFAULT_REPEATS
 from engine_fixtures.quota import QuotaSetting
 from engine_fixtures.redact import mask_url, mask_value
@@ -156,7 +157,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("repeats", "Measured windows (rounds, blocks) per scenario before the first verdict; warmup is extra.",
            parse_positive_int, DEFAULT_REPEATS, "N"),
     Option("max_repeats", "Budget: while a verdict is inconclusive the runner measures more windows, up to this "
-           "many (at least --perf-repeats).", parse_positive_int, DEFAULT_MAX_REPEATS, "N"),
+           "many (at least --perf-repeats, and at least 3: an invariant or a contrast needs 3 rounds or blocks).",
+           parse_positive_int, DEFAULT_MAX_REPEATS, "N"),
     Option("floor", "Override every judged metric's declared floor (the smallest change ever flagged), e.g. 5 or "
            "5%. The tolerance itself comes from the noise measured in the pooled baseline.", parse_percent, None,
            "PCT", show=lambda v: f"{v * 100:g}%"),
@@ -378,6 +380,11 @@ def settings_from_values(cli: Mapping[str, Any], ini: Mapping[str, Any], env: Ma
         ci = (os.environ if env is None else env).get("CI", "")
         values["strict"] = ci.strip().lower() not in ("", "0", "false", "no")
         sources["strict"] = "default (CI is set)" if values["strict"] else "default (CI is not set)"
+    if values["max_repeats"] < MIN_BLOCKS:  # every invariant and contrast would end inconclusive after a full run
+        raise ConfigError(f"--perf-max-repeats {values['max_repeats']} ({sources['max_repeats']}) is below "
+                          f"{MIN_BLOCKS}, the fewest rounds (blocks) an invariant or a contrast is judged from: every "
+                          f"one would be inconclusive after the whole run; pass --perf-max-repeats {MIN_BLOCKS} or "
+                          f"more (default {DEFAULT_MAX_REPEATS})")
     if values["max_repeats"] < values["repeats"]:
         raise ConfigError(f"--perf-max-repeats {values['max_repeats']} ({sources['max_repeats']}) is below "
                           f"--perf-repeats {values['repeats']} ({sources['repeats']}); the budget must allow the "
