@@ -108,6 +108,22 @@ def connect(url: URL) -> Engine:
         raise HistoryError(f"{OPTION} {shown(url)!r} cannot be used ({exc}); use {FORMS}") from None
 
 
+@contextmanager
+def fresh_file_removed_on_failure(engine: Engine, url: URL) -> Iterator[None]:
+    """SQLite creates its file at the first connection: where the first write then fails (a full disk), the file it
+    created is removed with its -wal, -shm and -journal, never left 0 bytes long; a file that was there stays."""
+    path = Path(url.database) if url.get_backend_name() == "sqlite" else None
+    existed = path is None or path.exists()
+    try:
+        yield
+    except BaseException:
+        engine.dispose()  # closes the connection that holds the file
+        if not existed:
+            for leftover in (path, *(path.with_name(path.name + end) for end in ("-wal", "-shm", "-journal"))):
+                leftover.unlink(missing_ok=True)
+        raise
+
+
 def _sqlite_on_connect(dbapi_connection, _record) -> None:
     dbapi_connection.isolation_level = None  # the "begin" listener below emits BEGIN itself
     cursor = dbapi_connection.cursor()
@@ -141,6 +157,9 @@ def translated(url: URL, doing: str) -> Iterator[None]:
                                f"history ({OPTION}) cannot {doing} it; move the file away or "
                                f"{sqlite_fix(url)}; `perf-baseline import DIR` rebuilds a history from results "
                                "files") from None
+        if url.get_backend_name() == "sqlite" and "disk is full" in detail:
+            raise HistoryError(f"cannot {doing} the run history file {url.database} ({OPTION}): {problem}; free space "
+                               f"there, or {sqlite_fix(url)}") from None
         if url.get_backend_name() == "sqlite" and isinstance(exc, sa.exc.OperationalError):
             raise HistoryError(f"cannot {doing} the run history file {url.database} ({OPTION}): {problem}; check "
                                f"that this user can read and write it and its directory, or "
