@@ -210,3 +210,27 @@ def test_a_cgroup_parent_that_is_no_cgroup_is_one_usage_error_leaving_nothing(
     assert "INTERNALERROR" not in r.stdout.str()
     assert list((suite.path / "plain").iterdir()) == []
     assert not (suite.path / "out").exists()
+
+
+def test_a_pool_recorded_for_another_machine_key_is_said_and_not_judged(tmp_path: Path) -> None:
+    """Issue 37, case 6: a pool whose ``machine_key`` is not its folder's (a file copied by hand from another key's
+    folder: another quota, another GPU count) judged this machine without comment. It is read like an unreadable
+    pool: said once at start and in the summary, its rows not judged, this run never added to it."""
+    from engine_fixtures.machine import MachineInfo
+    from engine_fixtures.options import Settings
+    from engine_fixtures.session.perf_session import PerfSession
+    from engine_fixtures.store.baselines import Baseline, BaselineRun, BaselineStore, MissingBaseline
+
+    machine = MachineInfo.collect().as_dict()
+    session = PerfSession(Settings(baseline_dir=tmp_path), "cpu-here", machine)
+    runs = tuple(BaselineRun(f"r{i}", "2026-12-01", {"latency_p50_ms": (100.0 + i, 101.0, 99.0)}) for i in range(3))
+    there = BaselineStore(tmp_path, "cpu-there", session.store.host)
+    written = there.write(Baseline("demo/arm=a", {"arm": "a"}, "cpu-there", runs, {}, session.store.host))
+    session.store.path_for("demo/arm=a").parent.mkdir(parents=True)
+    shutil.copy(written, session.store.path_for("demo/arm=a"))  # as a hand copy between folders does
+    base = session.pool("demo/arm=a")
+    assert isinstance(base, MissingBaseline)
+    assert base.unreadable is not None
+    assert "was recorded for machine key 'cpu-there' but lies in the folder of 'cpu-here'" in base.unreadable
+    assert f"move it to {tmp_path / 'cpu-there'}/" in base.unreadable
+    assert any("cpu-there" in note for note in session.notes())
