@@ -19,9 +19,10 @@ from typing import Any
 from engine_fixtures.engine.build import EngineBuild, parse_reference
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.inject import Injection, parse_injection
+from engine_fixtures.judge.decide import MIN_BLOCKS
 from engine_fixtures.judge.sequential import DEFAULT_MAX_REPEATS, DEFAULT_REPEATS
 from engine_fixtures.quota import QuotaSetting
-from engine_fixtures.redact import mask_value
+from engine_fixtures.redact import mask_url, mask_value
 
 Parser = Callable[[str], Any]
 
@@ -143,7 +144,7 @@ OPTIONS: tuple[Option, ...] = (
            Path(".perf-results"), "DIR"),
     Option("history_url", "Run-history database every run is appended to (after its results JSON): default an "
            "SQLite file <results-dir>/history.sqlite; postgresql://USER:PASSWORD@HOST:PORT/DB for a fleet of runners "
-           "(docs/history/compose.yml); 'none' writes no history.", str, None, "URL"),
+           "(docs/history/compose.yml); 'none' writes no history.", str, None, "URL", show=mask_url),
     Option("runner_labels", "Labels of the runner stored with each run in the history, comma-separated (e.g. "
            "'h200,rack-3'); GitHub's RUNNER_NAME is stored as the runner's name.", str, "", "A,B"),
     Option("update_baselines", "Write this run's results as the new baselines (same as 'perf-baseline update').",
@@ -156,16 +157,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("repeats", "Measured windows (rounds, blocks) per scenario before the first verdict; warmup is extra.",
            parse_positive_int, DEFAULT_REPEATS, "N"),
     Option("max_repeats", "Budget: while a verdict is inconclusive the runner measures more windows, up to this "
-           "many (at least --perf-repeats).", parse_positive_int, DEFAULT_MAX_REPEATS, "N"),
+           "many (at least --perf-repeats, and at least 3: an invariant or a contrast needs 3 rounds or blocks).",
+           parse_positive_int, DEFAULT_MAX_REPEATS, "N"),
     Option("floor", "Override every judged metric's declared floor (the smallest change ever flagged), e.g. 5 or "
-           "5%%. The tolerance itself comes from the noise measured in the pooled baseline.", parse_percent, None,
+           "5%. The tolerance itself comes from the noise measured in the pooled baseline.", parse_percent, None,
            "PCT", show=lambda v: f"{v * 100:g}%"),
     Option("reference", "Judge the engine tier as a paired A/B against this reference build, measured interleaved "
            "on this runner: venv:DIR, python:PATH, site:DIR, wheel:FILE.whl, patch:NAME=MS, env:K=V (join with "
            "'+'). Without it, results are judged against the pooled baselines.", parse_reference, None, "BUILD"),
     Option("ab_instances", "A group of engines (an A/B against --perf-reference, the transport group): fresh "
            "instance groups (engine pairs) to measure before the first look; the group is the unit of every "
-           "verdict, so the offset between two starts of one build (TPOT 3%%, TTFT 5%% on the 4B shape) is inside "
+           "verdict, so the offset between two starts of one build (TPOT 3%, TTFT 5% on the 4B shape) is inside "
            "the interval, with this host's A/A history pooled into the variance where null A/B runs recorded one.",
            parse_positive_int, 3, "N"),
     Option("ab_max_instances", "A group of engines: the most fresh instance groups while a verdict is undecided "
@@ -213,8 +215,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("lock_timeout", "Seconds a run that measures waits for the machine lock held by another measuring run "
            "(two perf runs on one machine corrupt each other's numbers) before it fails.", parse_positive_float,
            1800.0, "S"),
-    Option("ab_detect", "A group of engines: the widest change a pass may promise to catch, e.g. 10 or 10%%, on "
-           "every log-scale metric (default twice each metric's declared live-contrast size: 20%% for throughput, "
+    Option("ab_detect", "A group of engines: the widest change a pass may promise to catch, e.g. 10 or 10%, on "
+           "every log-scale metric (default twice each metric's declared live-contrast size: 20% for throughput, "
            "TTFT and TPOT); a run that cannot promise it is inconclusive.", parse_percent, None, "PCT",
            show=lambda v: f"{v * 100:g}%"),
     Option("require_gpu", "This run tests the GPU tier on N GPUs: the session stops at start unless NVML sees N GPUs "
@@ -244,11 +246,12 @@ def add_options(addoption: Callable[..., Any], prefix: str = "perf-", names: tup
         flag = "--" + prefix + opt.name.replace("_", "-")
         default = "" if "Default:" in opt.help else f" Default: {display(opt.default, opt)};"  # help says it
         ini = f"; ini {opt.ini}" if prefix else ""
-        default_text = f"{default} {'env' if default else 'Env'} {opt.env}{ini}.".replace("%", "%%")
+        # argparse formats help with %: the texts hold a plain "%" (pytest's ini help prints them as they are)
+        text = f"{opt.help}{default} {'env' if default else 'Env'} {opt.env}{ini}.".replace("%", "%%")
         if opt.flag:
-            addoption(flag, action="store_true", default=None, help=opt.help + default_text)
+            addoption(flag, action="store_true", default=None, help=text)
         else:
-            addoption(flag, metavar=opt.metavar, default=None, help=opt.help + default_text)
+            addoption(flag, metavar=opt.metavar, default=None, help=text)
 
 
 @dataclass(frozen=True)
@@ -378,6 +381,11 @@ def settings_from_values(cli: Mapping[str, Any], ini: Mapping[str, Any], env: Ma
         ci = (os.environ if env is None else env).get("CI", "")
         values["strict"] = ci.strip().lower() not in ("", "0", "false", "no")
         sources["strict"] = "default (CI is set)" if values["strict"] else "default (CI is not set)"
+    if values["max_repeats"] < MIN_BLOCKS:  # every invariant and contrast would end inconclusive after a full run
+        raise ConfigError(f"--perf-max-repeats {values['max_repeats']} ({sources['max_repeats']}) is below "
+                          f"{MIN_BLOCKS}, the fewest rounds (blocks) an invariant or a contrast is judged from: every "
+                          f"one would be inconclusive after the whole run; pass --perf-max-repeats {MIN_BLOCKS} or "
+                          f"more (default {DEFAULT_MAX_REPEATS})")
     if values["max_repeats"] < values["repeats"]:
         raise ConfigError(f"--perf-max-repeats {values['max_repeats']} ({sources['max_repeats']}) is below "
                           f"--perf-repeats {values['repeats']} ({sources['repeats']}); the budget must allow the "

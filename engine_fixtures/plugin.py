@@ -83,8 +83,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if bad:
         raise pytest.UsageError("invalid perf suite markers:\n" + "\n".join(bad))
     xdist = marks.xdist_reason(config)
-    refusal = marks.cpu_quota_refusal(settings.cpu_quota, settings.sources["cpu_quota"])
-    if refusal is not None and any(item.get_closest_marker("cpu_tier") is not None for item in items):
+    if (refusal := marks.cpu_tier_refusal(settings, items)) is not None:
         raise pytest.UsageError(refusal)
     for item in items:
         reason = None

@@ -2,7 +2,8 @@
 
 ``CgroupMounts.discover()`` reads ``/proc/self/mountinfo``; ``cgroup_paths_of(pid, mounts, controller)``
 maps ``/proc/<pid>/cgroup`` onto those mounts, honouring a mount root that is not ``/`` (cgroup
-namespaces, bind mounts).
+namespaces, bind mounts). ``cgroup_dir_problem(path)``: why ``path`` is no cgroup directory a sandbox can be made in
+(``--perf-cgroup-parent``, checked at start and again where a sandbox is placed).
 """
 
 from __future__ import annotations
@@ -71,3 +72,18 @@ def cgroup_paths_of(pid: int, mounts: CgroupMounts, controller: str) -> list[tup
             continue  # this cgroup lies outside what the mount shows
         out.append((mount.mountpoint if rel == "." else mount.mountpoint / rel, mount.mountpoint, mount.version))
     return out
+
+
+def cgroup_dir_problem(path: Path) -> str | None:
+    """Why ``path`` is not a cgroup directory a sandbox can be made in (None: it is one): missing, not a directory,
+    or a plain directory (neither v2's ``cgroup.controllers`` nor v1's ``cpu.cfs_quota_us`` in it), where a sandbox
+    would be an ordinary directory holding quota files no kernel reads, which nothing could remove."""
+    if not path.exists():
+        return f"{path} does not exist"
+    if not path.is_dir():
+        return f"{path} is not a directory"
+    if (path / "cgroup.controllers").exists() or (path / "cpu.cfs_quota_us").exists():
+        return None
+    tops = ", ".join(str(top) for top in CgroupMounts.discover().cpu_tops()) or "nowhere here"
+    return (f"{path} is not a cgroup directory (it holds neither cgroup.controllers (v2) nor cpu.cfs_quota_us (v1 "
+            f"cpu)); the cgroup file systems with a cpu controller are mounted at {tops}")

@@ -30,7 +30,7 @@ import psutil
 
 from engine_fixtures.errors import ConfigError, LeakError, MeasurementError, QuotaNotPermitted
 from engine_fixtures.isolation import cgroup_v2, owner
-from engine_fixtures.isolation.cgroup_mounts import CgroupMounts, cgroup_paths_of
+from engine_fixtures.isolation.cgroup_mounts import CgroupMounts, cgroup_dir_problem, cgroup_paths_of
 from engine_fixtures.isolation.cgroup_values import (
     PERIOD_US,
     CpuStat,
@@ -44,6 +44,7 @@ from engine_fixtures.quota import checked_cores
 
 PREFIX = "perf-"
 _SANDBOX_RE = re.compile(rf"{PREFIX}(?:.+-)?(?P<token>\d+\.\d+)-[0-9a-f]{{6}}")
+PARENT_FIX = "pass a cgroup directory (e.g. --perf-cgroup-parent /sys/fs/cgroup/<path>) or drop the option"
 NO_QUOTA_FIX = "or pass `--perf-cpu-quota none` to run without quotas (quota arms are then skipped)"
 CREATED_HERE: set[str] = set()  # names of the cgroups this process created, so leak checks blame only us
 
@@ -232,9 +233,8 @@ def _backend_for(root: Path | None, name: str) -> Backend:
     mounts = CgroupMounts.discover()
     root = root if root is not None else _PARENT
     if root is not None:
-        if not root.is_dir():
-            raise ConfigError(f"cgroup parent {root} does not exist; pass an existing cgroup directory (e.g. "
-                              f"--perf-cgroup-parent /sys/fs/cgroup/<path>) or drop the option")
+        if (why := cgroup_dir_problem(root)) is not None:
+            raise ConfigError(f"cgroup parent {why}; {PARENT_FIX}")
         if (root / "cgroup.controllers").exists():
             return V2Backend(root, name)
         return V1Backend(root, _v1_acct(root, mounts), name)

@@ -34,6 +34,7 @@ from engine_fixtures.engine.lint import check_caps
 from engine_fixtures.engine.proof import ArmProof
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import MeasurementError
+from engine_fixtures.judge.decide import MIN_BLOCKS
 from engine_fixtures.judge.levels import FigureResult, figure_rows
 from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.judge.verdicts import Verdict
@@ -83,8 +84,9 @@ class Measured:
 def live_budget(repeats: int, max_repeats: int) -> Budget:
     """Mirrored blocks: ``--perf-repeats`` before the first look, then at most one more look after as many again
     (never past ``--perf-max-repeats``). Two looks, not one per block: every look divides alpha (Bonferroni), and
-    with five metric families per contrast a look per block would cost more blocks than it saves."""
-    return Budget(repeats, max(repeats, 1), max(repeats, min(max_repeats, 2 * repeats)))
+    with five metric families per contrast a look per block would cost more blocks than it saves. The last look
+    comes after ``MIN_BLOCKS`` blocks at least (``--perf-repeats 1`` stopped at 2: no contrast could be decided)."""
+    return Budget(repeats, max(repeats, 1), max(repeats, min(max_repeats, max(2 * repeats, MIN_BLOCKS))))
 
 
 class LiveGroupRunner(GpuRunner):

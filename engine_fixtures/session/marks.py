@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine_fixtures.options import OPTIONS_BY_NAME, Settings, display
 from engine_fixtures.quota import QuotaSetting
 
 MARKERS: dict[str, str] = {
@@ -147,15 +148,29 @@ def require_gpu_problem(count: int) -> str | None:
             "fix NVML/the driver (nvidia-smi must list the GPUs) or SGLang, or drop --perf-require-gpu")
 
 
-def cpu_quota_refusal(quota_setting: QuotaSetting, source: str) -> str | None:
-    """``--perf-cpu-quota CORES`` on the CPU tier: its arms run under their own declared quotas, so a number is
-    refused (``none`` is honoured: quota arms skip; ``auto`` is what they do)."""
-    if quota_setting.mode != "cores":
+GPU_TIER_ONLY = ("model", "model_shape", "gpus", "engine_timeout")  # read only by the GPU tier's engines
+
+
+def cpu_tier_refusal(settings: Settings, items: list[pytest.Item]) -> str | None:
+    """Options the CPU tier would silently ignore where this session runs it: ``--perf-cpu-quota CORES`` (its arms
+    run under the quotas their scenarios declare; ``none`` is honoured: quota arms skip; ``auto`` is what they do)
+    and, where no GPU-tier test is selected to read them, the GPU tier's own options (``GPU_TIER_ONLY``)."""
+    if not any(item.get_closest_marker("cpu_tier") is not None for item in items):
         return None
-    return (f"--perf-cpu-quota {quota_setting} (from {source}) sets the engine's quota on the GPU tier; the CPU "
-            "tier's arms run under the quotas their scenarios declare (e.g. 0.5 core) and would silently "
-            "ignore it. Drop it for perf_tests/sglang/cpu_tier (or use 'none' to skip the quota arms), or run the GPU "
-            "tier")
+    parts = []
+    if settings.cpu_quota.mode == "cores":
+        parts.append(f"--perf-cpu-quota {settings.cpu_quota} (from {settings.sources['cpu_quota']}) sets the engine's "
+                     "quota on the GPU tier; the CPU tier's arms run under the quotas their scenarios declare (e.g. "
+                     "0.5 core) and would silently ignore it. Drop it for perf_tests/sglang/cpu_tier (or use 'none' to "
+                     "skip the quota arms), or run the GPU tier")
+    gpu = any(item.get_closest_marker(m) is not None for item in items for m in ("gpu_tier", "gpu"))
+    given = [f"{OPTIONS_BY_NAME[n].cli} {display(getattr(settings, n), OPTIONS_BY_NAME[n])} (from "
+             f"{settings.sources[n]})" for n in GPU_TIER_ONLY if not gpu and settings.sources[n] != "default"]
+    if given:
+        parts.append(f"{', '.join(given)}: GPU-tier option(s), for the engine, and this session selects CPU-tier tests "
+                     "only, which would silently ignore them. Drop them here, or select GPU-tier tests "
+                     "(perf_tests/sglang/gpu_tier)")
+    return "; ".join(parts) or None
 
 
 def cgroup_skip_reason(quota_setting: QuotaSetting, source: str) -> str | None:

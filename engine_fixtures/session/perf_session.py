@@ -16,7 +16,9 @@ dir that broke during the run: the JSON goes to a fresh temp dir, named), and a 
 (``session_failures``). ``session.preflight`` checked every path at start, so these are faults met during the run.
 Nothing is written when no result was recorded. xdist workers never write.
 
-Pools are read through ``pool(scenario)``: an unreadable pool (``BaselineError``) reads as a ``MissingBaseline``
+Pools are read through ``pool(scenario)``: an unreadable pool (``BaselineError``; also one whose ``machine_key``
+is not the key of the folder it lies in, a file copied by hand: it describes another machine) reads as a
+``MissingBaseline``
 carrying the error, kept once in ``unreadable``: the rows that read it are not judged and their test fails
 (``recorder``), every other row and the same-run invariants still decide, and the run is never added to it.
 
@@ -105,7 +107,14 @@ class PerfSession:
         """The pool that judges ``scenario`` (``BaselineStore.load``); an unreadable one is a ``MissingBaseline``
         with its error, kept in ``unreadable`` (see the module docstring)."""
         try:
-            return self.store.load(scenario)
+            base = self.store.load(scenario)
+            if isinstance(base, Baseline) and base.machine_key != self.machine_key:  # copied or moved by hand
+                raise BaselineError(
+                    f"baseline file {self.store.path_for(scenario)} was recorded for machine key {base.machine_key!r} "
+                    f"but lies in the folder of {self.machine_key!r}, and a pool judges only the machine key it was "
+                    f"recorded on; move it to {self.store.dir.parent / base.machine_key}/ if it belongs there, or "
+                    f"record this key's pool with {UPDATE_HINT}")
+            return base
         except BaselineError as exc:
             self.unreadable.setdefault(scenario, str(exc))
             return MissingBaseline(scenario, self.store.path_for(scenario), unreadable=str(exc))
@@ -248,8 +257,9 @@ class PerfSession:
                 store.append(results, source=str(path))
                 self.history_note = f"run history: appended to {shown(store.url)}"
                 return run_trends(store, results)
-        except PerfError as exc:
-            self.failures.append(f"run history not written: {exc}. This run's results are in {path}; append them "
+        except Exception as exc:  # a driver's own error (e.g. text it cannot encode) is a FAILED line too
+            why = exc if isinstance(exc, PerfError) else f"{type(exc).__name__}: {exc}"
+            self.failures.append(f"run history not written: {why}. This run's results are in {path}; append them "
                                  f"later with `perf-baseline import {path} --history-url URL`")
         return []
 

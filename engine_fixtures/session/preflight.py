@@ -12,7 +12,9 @@ Wiring (plugin.py)::
 - ``--perf-results-dir``, ``--perf-state-dir``: not a directory, and not one that can be created, or not writable;
 - ``--perf-baseline-dir``: no directory of pools can be there (a file in the way); not writable where
   ``--perf-update-baselines`` will write to it;
-- ``--perf-inject``: an ARM or an IMPL that is not a CPU-tier copy arm (``cpu_tier.arms.CPU_TIER_ARMS``, listed).
+- ``--perf-inject``: an ARM or an IMPL that is not a CPU-tier copy arm (``cpu_tier.arms.CPU_TIER_ARMS``, listed);
+- ``--perf-cgroup-parent``: missing, or not a cgroup directory (``cgroup_mounts.cgroup_dir_problem``: a plain
+  directory got a ``perf-probe-*`` directory of quota files that nothing could remove, and an INTERNALERROR).
 ``--perf-reference`` / ``--perf-candidate`` (patch names, interpreters, paths) are checked where they are parsed
 (``engine.build.parse_reference``), at the same moment.
 
@@ -36,6 +38,8 @@ import pytest
 
 from engine_fixtures.cpu_tier.arms import CPU_TIER_ARMS
 from engine_fixtures.errors import ConfigError, PerfError
+from engine_fixtures.isolation.cgroup_mounts import cgroup_dir_problem
+from engine_fixtures.isolation.cgroups import PARENT_FIX
 from engine_fixtures.isolation.run_registry import default_state_dir
 from engine_fixtures.options import Settings
 from engine_fixtures.session import marks
@@ -81,6 +85,9 @@ def problems(settings: Settings, machine_key: str) -> list[str]:
                               f"pass a directory{writes}; pools live in DIR/<machine key>/"))
     if (why := inject_problem(settings)) is not None:
         found.append(why)
+    parent = settings.cgroup_parent
+    if parent is not None and (why := cgroup_dir_problem(parent)) is not None:  # before any sandbox is tried there
+        found.append(_invalid(settings, "cgroup_parent", parent, why, PARENT_FIX))
     return found
 
 

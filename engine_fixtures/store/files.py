@@ -10,7 +10,8 @@ killed at any moment leaves the old or the new file, never a torn one. The temp 
 ``.<name>.<owner token>.<random>.tmp`` (``isolation.owner.temp_prefix``): listings ignore it, and the sweep of
 a later run (``isolation.sweep``) tells from the token whose half-written file it is.
 
-``place_problem(path, kind)``: why a directory (or a file) cannot be made or written at ``path``, creating nothing;
+``place_problem(path, kind)``: why a directory (or a file) cannot be made or written at ``path``, creating nothing
+(also: a name that is not UTF-8, a path too long for what is written in it, a symbolic link that leads nowhere);
 the one check behind the start-up checks (``session.preflight``) and the SQLite history's (``history_db``).
 """
 
@@ -49,15 +50,43 @@ def scenario_of(file_name: str) -> str:
     return urllib.parse.unquote(file_name[: -len(".json")])
 
 
+PATH_ROOM = 96  # bytes the suite adds to a directory it is given: the longest name it writes there (a temp file)
+
+
+def printable(path: Path | str) -> str:
+    """``path`` as text a message can hold: bytes that are not UTF-8 as ``\\xff`` (never a lone surrogate)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def place_problem(path: Path, kind: str = "directory", writable: bool = True) -> str | None:
     """Why ``path`` cannot be a ``kind`` ("directory" or "file") this process writes (None: it can). A missing one
-    is fine where its nearest existing ancestor is a directory this user may create it in. Creates nothing."""
+    is fine where its nearest existing ancestor is a directory this user may create it in. A name that is not UTF-8
+    is refused (the results JSON, the run history and the reports name it as text: it could not be stored), and so
+    is one too long for the files the suite writes in it. Creates nothing."""
     path = Path(path)
+    shown = printable(path)
+    if shown != str(path):
+        return (f"{shown} holds bytes that are not UTF-8; rename it or pass another path (the results and the run "
+                "history name it as text)")
+    size, most = len(os.fsencode(path.absolute())), os.pathconf("/", "PC_PATH_MAX")
+    if size + PATH_ROOM >= most:
+        return (f"{shown[:60]}... is too long: {size} bytes with its parents, and the files written in it need "
+                f"{PATH_ROOM} more of the system's {most}")
+    try:
+        return _place_problem(path, kind, writable)
+    except OSError as exc:  # a name longer than the file system allows, a directory that cannot be searched
+        return f"{shown[:60]}{'...' if len(shown) > 60 else ''} cannot be used: {exc.strerror}"
+
+
+def _place_problem(path: Path, kind: str, writable: bool) -> str | None:
     if path.exists() and not (path.is_dir() if kind == "directory" else path.is_file()):
         return f"{path} exists and is not a {kind}"
     probe = path
     while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
         probe = probe.parent
+    if probe.is_symlink() and not probe.exists():
+        where = "" if probe == path else f" cannot be created: {probe}"
+        return f"{path}{where} is a symbolic link that leads nowhere (a loop, or its target is missing)"
     if probe != path and not probe.is_dir():
         return f"{path} cannot be created: {probe} is not a directory"
     if writable and not os.access(probe, os.W_OK | (os.X_OK if probe.is_dir() else 0)):

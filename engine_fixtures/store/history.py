@@ -119,11 +119,8 @@ class HistoryStore:
     @classmethod
     def at(cls, url: URL) -> HistoryStore:
         engine = connect(url)
-        try:
+        with history_db.fresh_file_removed_on_failure(engine, url):  # a full disk leaves no 0-byte file
             ensure_schema(engine, url)
-        except BaseException:
-            engine.dispose()
-            raise
         return cls(engine, url)
 
     def _read(self) -> sa.Connection:

@@ -33,7 +33,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from engine_fixtures.errors import PerfError
-from engine_fixtures.redact import mask_value
+from engine_fixtures.redact import mask_url, scrub
 from engine_fixtures.store.files import place_problem
 from engine_fixtures.store.history_schema import SCHEMA_REVISION
 
@@ -54,10 +54,9 @@ class HistoryError(PerfError):
 
 
 def shown(url: URL | str) -> str:
-    """The URL as it may appear in a message or a log: the password masked."""
-    if isinstance(url, URL):
-        return url.render_as_string(hide_password=True)
-    return mask_value(url)
+    """The URL as it may appear in a message or a log: every secret masked, an unparsable one not shown
+    (``redact.mask_url``)."""
+    return mask_url(url)
 
 
 def resolve_url(option: str | None, results_dir: Path) -> URL | None:
@@ -68,7 +67,7 @@ def resolve_url(option: str | None, results_dir: Path) -> URL | None:
         return None
     try:
         url = make_url(option.strip())
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is no number (a raw ":" in a password)
         raise HistoryError(f"Invalid {OPTION} {shown(option)!r}: not a database URL; use {FORMS}") from None
     backend = url.get_backend_name()
     if backend == "postgresql":
@@ -109,6 +108,22 @@ def connect(url: URL) -> Engine:
         raise HistoryError(f"{OPTION} {shown(url)!r} cannot be used ({exc}); use {FORMS}") from None
 
 
+@contextmanager
+def fresh_file_removed_on_failure(engine: Engine, url: URL) -> Iterator[None]:
+    """SQLite creates its file at the first connection: where the first write then fails (a full disk), the file it
+    created is removed with its -wal, -shm and -journal, never left 0 bytes long; a file that was there stays."""
+    path = Path(url.database) if url.get_backend_name() == "sqlite" else None
+    existed = path is None or path.exists()
+    try:
+        yield
+    except BaseException:
+        engine.dispose()  # closes the connection that holds the file
+        if not existed:
+            for leftover in (path, *(path.with_name(path.name + end) for end in ("-wal", "-shm", "-journal"))):
+                leftover.unlink(missing_ok=True)
+        raise
+
+
 def _sqlite_on_connect(dbapi_connection, _record) -> None:
     dbapi_connection.isolation_level = None  # the "begin" listener below emits BEGIN itself
     cursor = dbapi_connection.cursor()
@@ -136,12 +151,15 @@ def translated(url: URL, doing: str) -> Iterator[None]:
         yield
     except DBAPIError as exc:
         detail = (str(exc.orig) if exc.orig is not None else str(exc)).strip().splitlines()[0]
-        problem = f"{type(exc.orig).__name__}: {detail}"
+        problem = scrub(f"{type(exc.orig).__name__}: {detail}", url)  # should the driver echo a secret
         if url.get_backend_name() == "sqlite" and type(exc) is sa.exc.DatabaseError:  # not an SQLite file at all
             raise HistoryError(f"{url.database} is not an SQLite database this suite can read ({problem}): the run "
                                f"history ({OPTION}) cannot {doing} it; move the file away or "
                                f"{sqlite_fix(url)}; `perf-baseline import DIR` rebuilds a history from results "
                                "files") from None
+        if url.get_backend_name() == "sqlite" and "disk is full" in detail:
+            raise HistoryError(f"cannot {doing} the run history file {url.database} ({OPTION}): {problem}; free space "
+                               f"there, or {sqlite_fix(url)}") from None
         if url.get_backend_name() == "sqlite" and isinstance(exc, sa.exc.OperationalError):
             raise HistoryError(f"cannot {doing} the run history file {url.database} ({OPTION}): {problem}; check "
                                f"that this user can read and write it and its directory, or "

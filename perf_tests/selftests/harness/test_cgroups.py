@@ -130,6 +130,15 @@ def test_v2_without_cpu_controller_states_fact_and_fix(tmp_path: Path) -> None:
     assert "subtree_control" in str(reason)
 
 
+def test_a_plain_directory_is_never_made_a_sandbox(tmp_path: Path) -> None:
+    """Issue 37, case 2: a parent outside the cgroup file systems got a ``perf-*`` directory of quota files that no
+    kernel reads and that rmdir could not remove."""
+    with pytest.raises(ConfigError, match=r"is not a cgroup directory .*--perf-cgroup-parent /sys/fs/cgroup/<path>"):
+        CpuQuota(0.5, root=tmp_path)
+    with pytest.raises(ConfigError, match="is not a cgroup directory"):
+        probe_quota_support(tmp_path)  # the cgroup marker's skip reason: a usage error, not a skip
+    assert list(tmp_path.iterdir()) == []
+
 def test_v1_comounted_backend_on_fake_tree(tmp_path: Path) -> None:
     for f, text in (("cpu.cfs_quota_us", "-1"), ("cpu.cfs_period_us", "100000"), ("cpuacct.usage", "0")):
         (tmp_path / f).write_text(text)

@@ -15,6 +15,8 @@ from engine_fixtures.errors import ConfigError
 from engine_fixtures.inject import parse_injection
 from engine_fixtures.quota import QuotaSetting
 
+pytest_plugins = ("pytester",)
+
 REPRS = ("QuotaSetting(", "PosixPath(", "mappingproxy", "EngineBuild(", "Injection(", "None", "True", "False")
 
 
@@ -61,3 +63,40 @@ def test_perf_baseline_errors_name_its_own_options(tmp_path: Path, capsys: pytes
     assert "--history-url is 'none'" in capsys.readouterr().err
     assert main(["runs", "--history-url", "none", "--results-dir", str(tmp_path)]) == 2
     assert "--perf-" not in capsys.readouterr().err
+
+
+def test_help_shows_a_percent_sign_once_in_option_and_ini_help(pytester: pytest.Pytester) -> None:
+    """Issue 37: the ini help printed ``5%%`` (the texts were escaped for argparse, which pytest's ini help is not)."""
+    assert not [o.ini for o in options.OPTIONS if "%%" in o.help]
+    parser = argparse.ArgumentParser()
+    options.add_options(parser.add_argument)
+    text = " ".join(parser.format_help().split())
+    assert "e.g. 5 or 5%. The" in text
+    assert "%%" not in text
+    help_text = " ".join(pytester.runpytest_inprocess("--help").stdout.str().split())
+    assert "%%" not in help_text
+    assert help_text.count("e.g. 5 or 5%. The") == 2  # --perf-floor and the ini key perf_floor
+
+
+@pytest.mark.parametrize("source", ["cli", "env"])
+def test_a_budget_below_what_an_invariant_needs_is_refused_at_start(source: str) -> None:
+    """Issue 37, case 4: --perf-max-repeats 2 was accepted, and every invariant and contrast was inconclusive after
+    the whole run (``decide.MIN_BLOCKS`` rounds or blocks, 3)."""
+    cli = {"max_repeats": "2", "repeats": "2"} if source == "cli" else {}
+    env = {"PERF_MAX_REPEATS": "2", "PERF_REPEATS": "1"} if source == "env" else {}
+    with pytest.raises(ConfigError, match=r"--perf-max-repeats 2 \((command line --perf-max-repeats|PERF_MAX_REPEATS "
+                                          r"environment variable)\) is below 3, the fewest rounds \(blocks\) an "
+                                          r"invariant or a contrast is judged from.*pass --perf-max-repeats 3 or more"):
+        options.settings_from_values(cli, {}, env=env)
+    assert options.settings_from_values({"max_repeats": "3", "repeats": "1"}, {}, env={}).max_repeats == 3
+
+
+def test_every_budget_reaches_the_blocks_a_contrast_needs() -> None:
+    from engine_fixtures.judge.decide import MIN_BLOCKS
+    from engine_fixtures.scenarios.cpu_tier import budget_of
+    from engine_fixtures.session.live_runner import live_budget
+
+    for repeats in range(1, 6):
+        settings = options.settings_from_values({"repeats": str(repeats), "max_repeats": "15"}, {}, env={})
+        assert live_budget(settings.repeats, settings.max_repeats).maximum >= MIN_BLOCKS  # repeats 1 stopped at 2
+        assert budget_of(settings).maximum >= MIN_BLOCKS

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -42,9 +43,11 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
-def run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return p.runpytest_inprocess("-rs", "--perf-strict", "no", "--perf-history-url", "none", "--perf-baseline-dir",
-                                 str(p.path / "bl"), "--perf-results-dir", str(p.path / "out"), *args)
+def run(p: pytest.Pytester, *args: str, history: bool = False) -> pytest.RunResult:
+    """An in-process session; ``history``: the default run history (an SQLite file in the results dir)."""
+    return p.runpytest_inprocess("-rs", "--perf-strict", "no", *([] if history else ["--perf-history-url", "none"]),
+                                 "--perf-baseline-dir", str(p.path / "bl"), "--perf-results-dir", str(p.path / "out"),
+                                 *args)
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -131,3 +134,103 @@ def test_a_state_dir_that_breaks_after_the_check_is_a_header_line_not_an_interna
     guard.start()
     assert guard.record is None
     assert any("no machine state in" in line and "--perf-state-dir" in line for line in guard.lines()), guard.lines()
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("out\udcff", "{dir}/out\\xff holds bytes that are not UTF-8; rename it or pass another path"),
+    ("x" * 300, "cannot be used: File name too long"),
+    ("/".join(["y" * 250] * 17), "is too long: "),
+    ("loop", "{dir}/loop is a symbolic link that leads nowhere (a loop, or its target is missing)"),
+    ("loop/out", "{dir}/loop/out cannot be created: {dir}/loop is a symbolic link that leads nowhere"),
+], ids=["not-utf8", "name-too-long", "path-too-long", "symlink-loop", "under-symlink-loop"])
+def test_a_results_dir_that_could_not_be_written_is_refused_at_start(
+        suite: pytest.Pytester, name: str, message: str) -> None:
+    """Issue 37, case 1: a name that is not UTF-8 was accepted, measured, then its history row, summary and report
+    were lost to a traceback (and its JSON's path could never be imported); a name too long was an INTERNALERROR."""
+    (suite.path / "loop").symlink_to(suite.path / "loop")
+    r = run(suite, "--perf-results-dir", f"{suite.path}/{name}", history=True)
+    text = r.stdout.str() + r.stderr.str()
+    assert r.ret == pytest.ExitCode.USAGE_ERROR, text
+    assert "Invalid --perf-results-dir" in text
+    assert message.format(dir=suite.path) in text, text
+    assert "INTERNALERROR" not in text
+    assert "Traceback" not in text
+    assert {p.name for p in suite.path.iterdir()} - {".benchmarks"} == {"a-file", "loop", "test_demo.py"}  # no file
+
+
+def test_a_results_dir_with_odd_characters_gets_every_file(suite: pytest.Pytester) -> None:
+    """Spaces, %, ?, #, @, :, a newline and a tab in its name: results, history, summary and report are written."""
+    out = suite.path / "out dir %s%%2F ?x=1 #f @h:1\n\t"
+    r = run(suite, "--perf-results-dir", str(out), history=True)
+    assert r.ret == pytest.ExitCode.OK, r.stdout.str()
+    assert "FAILED" not in r.stdout.str()
+    (results,) = out.glob("results-*.json")
+    assert sorted(p.name for p in out.iterdir()) == ["history.sqlite", "report.html", results.name, "summary.md"]
+    with sqlite3.connect(out / "history.sqlite") as db:
+        assert db.execute("SELECT count(*) FROM runs").fetchone() == (1,)
+
+
+def test_a_history_step_that_raises_any_error_keeps_the_summary_and_report(
+        suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver's own error (here the text it could not encode, as a lone surrogate was) is a FAILED line naming
+    the import command; the summary and the report are still written."""
+    from engine_fixtures.store.history import HistoryStore
+
+    def append(*_args: object, **_kwargs: object) -> None:
+        raise UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates not allowed")
+
+    monkeypatch.setattr(HistoryStore, "append", append)
+    r = run(suite, history=True)
+    text = r.stdout.str()
+    assert r.ret == pytest.ExitCode.TESTS_FAILED, text
+    assert "Traceback" not in text + r.stderr.str()
+    (results,) = (suite.path / "out").glob("results-*.json")
+    r.stdout.fnmatch_lines([f"*FAILED: run history not written: UnicodeEncodeError: *perf-baseline import {results}*"])
+    assert (suite.path / "out" / "summary.md").exists()
+    assert (suite.path / "out" / "report.html").exists()
+
+
+@pytest.mark.parametrize(("parent", "problem"), [
+    ("plain", "{dir}/plain is not a cgroup directory (it holds neither cgroup.controllers (v2) nor cpu.cfs_quota_us"),
+    ("missing", "{dir}/missing does not exist"),
+    ("a-file", "{dir}/a-file is not a directory"),
+], ids=["plain-dir", "missing", "file"])
+def test_a_cgroup_parent_that_is_no_cgroup_is_one_usage_error_leaving_nothing(
+        suite: pytest.Pytester, parent: str, problem: str) -> None:
+    """Issue 37, case 2: a plain directory gave an INTERNALERROR and kept a ``perf-probe-*`` directory of quota files;
+    a missing one was the last line of a 60-line INTERNALERROR."""
+    suite.makepyfile(test_cg="import pytest\n\n@pytest.mark.cgroup\ndef test_cg(cpu_quota_factory):\n    pass\n")
+    (suite.path / "plain").mkdir()
+    r = run(suite, "--perf-cgroup-parent", str(suite.path / parent))
+    assert r.ret == pytest.ExitCode.USAGE_ERROR, r.stdout.str() + r.stderr.str()
+    (line,) = [x for x in r.stderr.str().splitlines() if x.strip()]
+    assert line.startswith(f"ERROR: Invalid --perf-cgroup-parent '{suite.path / parent}' from command line "
+                           f"--perf-cgroup-parent: {problem.format(dir=suite.path)}"), line
+    assert "pass a cgroup directory (e.g. --perf-cgroup-parent /sys/fs/cgroup/<path>) or drop the option" in line
+    assert "INTERNALERROR" not in r.stdout.str()
+    assert list((suite.path / "plain").iterdir()) == []
+    assert not (suite.path / "out").exists()
+
+
+def test_a_pool_recorded_for_another_machine_key_is_said_and_not_judged(tmp_path: Path) -> None:
+    """Issue 37, case 6: a pool whose ``machine_key`` is not its folder's (a file copied by hand from another key's
+    folder: another quota, another GPU count) judged this machine without comment. It is read like an unreadable
+    pool: said once at start and in the summary, its rows not judged, this run never added to it."""
+    from engine_fixtures.machine import MachineInfo
+    from engine_fixtures.options import Settings
+    from engine_fixtures.session.perf_session import PerfSession
+    from engine_fixtures.store.baselines import Baseline, BaselineRun, BaselineStore, MissingBaseline
+
+    machine = MachineInfo.collect().as_dict()
+    session = PerfSession(Settings(baseline_dir=tmp_path), "cpu-here", machine)
+    runs = tuple(BaselineRun(f"r{i}", "2026-12-01", {"latency_p50_ms": (100.0 + i, 101.0, 99.0)}) for i in range(3))
+    there = BaselineStore(tmp_path, "cpu-there", session.store.host)
+    written = there.write(Baseline("demo/arm=a", {"arm": "a"}, "cpu-there", runs, {}, session.store.host))
+    session.store.path_for("demo/arm=a").parent.mkdir(parents=True)
+    shutil.copy(written, session.store.path_for("demo/arm=a"))  # as a hand copy between folders does
+    base = session.pool("demo/arm=a")
+    assert isinstance(base, MissingBaseline)
+    assert base.unreadable is not None
+    assert "was recorded for machine key 'cpu-there' but lies in the folder of 'cpu-here'" in base.unreadable
+    assert f"move it to {tmp_path / 'cpu-there'}/" in base.unreadable
+    assert any("cpu-there" in note for note in session.notes())

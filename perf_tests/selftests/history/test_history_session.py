@@ -4,6 +4,8 @@ measures costs the index, never the JSON, and the session exits 1 (issue 28, cas
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import subprocess
 import time
@@ -172,3 +174,16 @@ def test_an_sqlite_history_error_speaks_of_the_file_not_of_a_server(tmp_path: Pa
         assert "sqlite:///PATH" in str(info.value)
         assert "server" not in str(info.value)
         assert "password" not in str(info.value)
+
+
+def test_a_full_disk_leaves_no_empty_history_file(small_tmpfs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 37, case 6: the first write of a new SQLite history failed on a full disk and left a 0-byte
+    history.sqlite behind; it is removed (a file that was there stays), and the error says the disk is full."""
+    disk = small_tmpfs("disk", "256k")
+    with open(disk / "fill", "wb", buffering=0) as fh, contextlib.suppress(OSError):  # to its last block: ENOSPC
+        while True:
+            fh.write(b"\0" * 4096)
+    with pytest.raises(HistoryError, match=r"history\.sqlite .*database or disk is full; free space there"):
+        HistoryStore.open(f"sqlite:///{disk}/history.sqlite", tmp_path)
+    assert sorted(p.name for p in disk.iterdir()) == ["fill"]
+    gc.collect()  # the driver's connection that failed in its connect hook is closed with its traceback's frames

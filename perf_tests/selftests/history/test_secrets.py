@@ -5,14 +5,17 @@ run lives, for the lock and the record, and after it, for every file under its d
 from __future__ import annotations
 
 import json
+import os
 import stat
 import sys
 from pathlib import Path
+from urllib.parse import unquote_plus
 
 import pytest
 
+from engine_fixtures import options
 from engine_fixtures.redact import command_line
-from engine_fixtures.store.history import HistoryStore
+from engine_fixtures.store.history import HistoryError, HistoryStore
 
 pytest_plugins = ("pytester",)
 
@@ -45,6 +48,14 @@ def test_the_command_line_is_captured_with_every_secret_masked() -> None:
     assert line == ("pytest --perf-history-url 'postgresql://u:***@h/db' -k 'x y' "
                     "'--perf-history-url=postgresql://u@h/db?sslpassword=***&sslmode=require'")
 
+
+def test_the_command_line_capture_is_text_the_history_can_store() -> None:
+    """Issue 37, case 1: an argument holding bytes that are not UTF-8 (a lone surrogate in ``sys.argv``) made the
+    results JSON's command unstorable: the history row, the summary and the report were lost to a traceback, and
+    ``perf-baseline import`` of that JSON failed the same way."""
+    line = command_line(["pytest", "-k", os.fsdecode(b"caf\xe9"), "--perf-results-dir", "out"])
+    assert line == r"pytest -k 'caf\xe9' --perf-results-dir out"
+    assert line.encode("utf-8")
 
 def run_with(p: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, url: str) -> tuple[pytest.RunResult, Path]:
     """A session given ``url`` on its command line; every file under its directories checked; its results file."""
@@ -104,3 +115,49 @@ def test_no_written_file_nor_the_history_holds_the_password(
         (run,) = store.load([json.loads(results.read_text())["run_id"]])
     assert not any(x in run.command for x in SECRETS)
     assert "postgres:***@" in run.command
+
+
+PW = "S3cr3t-pw"  # in every form below; with "@" and ":" where the form allows them
+FORMS = {
+    "user-password": "postgresql://perf:S3cr3t-pw@127.0.0.1:1/perf",
+    "password-only": "postgresql://:S3cr3t-pw@127.0.0.1:1/perf",
+    "driver": "postgresql+psycopg://perf:S3cr3t-pw@127.0.0.1:1/perf",
+    "percent-encoded": "postgresql://perf:S3cr3t-pw%40x%3Ay@127.0.0.1:1/perf",
+    "raw-at-and-colon": "postgresql://perf:S3cr3t-pw@x:y@127.0.0.1:1/perf",
+    "query-password": "postgresql://perf@127.0.0.1:1/perf?password=S3cr3t-pw",
+    "query-sslpassword": "postgresql://perf@127.0.0.1:1/perf?sslmode=disable&sslpassword=S3cr3t-pw",
+    "query-upper-case": "postgresql://perf@127.0.0.1:1/perf?PASSWORD=S3cr3t-pw",
+    "query-encoded": "postgresql://perf@127.0.0.1:1/perf?password=S3cr3t-pw%20%26x",
+    "query-only": "postgresql:///perf?host=127.0.0.1&port=1&user=perf&password=S3cr3t-pw",
+    "both": "postgresql://perf:S3cr3t-pw@127.0.0.1:1/perf?password=S3cr3t-pw",
+    "no-scheme": "perf:S3cr3t-pw@127.0.0.1:1/perf",
+    "libpq-key-value": "host=127.0.0.1 port=1 user=perf password=S3cr3t-pw",
+    "unsupported-scheme": "mysql://perf:S3cr3t-pw@127.0.0.1:1/perf",
+}
+
+
+@pytest.mark.parametrize("url", FORMS.values(), ids=FORMS.keys())
+def test_every_form_of_the_url_is_masked_in_the_header_and_the_error(url: str, tmp_path: Path) -> None:
+    """Issue 37, case 3: a URL not in ``user:password@`` form (a query password, no scheme, a libpq key=value
+    string) printed its password in clear, in the header, in the error or both. The header line is the plugin's
+    ``display`` of the option, the error the one the session stops with at start (``HistoryStore.open``), and the
+    command line as the results JSON, the lock and the run record store it."""
+    header = options.display(url, options.OPTIONS_BY_NAME["history_url"])
+    with pytest.raises(HistoryError) as info:
+        HistoryStore.open(url, tmp_path)
+    stored = command_line(["pytest", "--perf-history-url", url, f"--history-url={url}"])  # the results' command
+    for text in (header, str(info.value), stored):
+        assert PW not in unquote_plus(text), text
+        assert "***" in text or "not shown" in text, text
+
+
+def test_a_query_password_is_masked_in_the_session_header_and_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_demo=TEST_FILE)
+    r = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--perf-results-dir", str(pytester.path / "out"),
+                                     "--perf-history-url", FORMS["query-sslpassword"])
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    assert PW not in r.stdout.str() + r.stderr.str()
+    r.stdout.fnmatch_lines(["perf options: *history_url=postgresql://perf@127.0.0.1:1/perf?sslmode=disable"
+                            "&sslpassword=*** (command line --perf-history-url)*"])
+    r.stderr.fnmatch_lines(["*cannot open the run history at postgresql+psycopg://perf@127.0.0.1:1/perf?*"
+                            "sslpassword=****Connection refused*"])

@@ -270,6 +270,20 @@ def test_a_cpu_quota_number_is_refused_on_the_cpu_tier(pytester: pytest.Pytester
     run(pytester, "--perf-cpu-quota", "none").assert_outcomes(passed=1)
 
 
+
+def test_a_gpu_tier_option_is_refused_where_only_the_cpu_tier_runs(pytester: pytest.Pytester) -> None:
+    """Issue 37, case 5: --perf-model on the CPU tier was silently ignored; refused like --perf-cpu-quota CORES, by
+    the same check, unless a GPU-tier test is selected to read it."""
+    pytester.makepyfile(test_m="import pytest\n\n@pytest.mark.cpu_tier\ndef test_m():\n    pass\n")
+    model = str(pytester.path / "model")
+    r = run(pytester, "--perf-model", model, "--perf-model-shape", "tiny")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines([f"*--perf-model {model} (from command line --perf-model), --perf-model-shape tiny (from "
+                            "command line --perf-model-shape): GPU-tier option(s), for the engine, and this session "
+                            "selects CPU-tier tests only, which would silently ignore them*"])
+    pytester.makepyfile(test_g="import pytest\n\n@pytest.mark.gpu_tier\ndef test_g():\n    pass\n")
+    assert run(pytester, "--perf-model", model).ret == pytest.ExitCode.OK  # a GPU-tier test reads it
+
 INVARIANTS_FILE = """
 import pytest
 from engine_fixtures.errors import InvariantViolated
