@@ -1,8 +1,10 @@
 """Measure a ``LiveGroup`` on one engine until its contrasts are decided: mirrored blocks of proved visits.
 
-``measure_live(group, budget, visit, undecided, rng)``: the arms in a random order, each block that order and its
-reverse (``judge.blocks.mirrored``; an arm declared a measured row of ``blocks`` only in the first that many),
-consecutive windows of one arm served by one visit (``judge.blocks.visits``).
+``measure_live(group, budget, visit, undecided, rng)``: the arms in a random order, rearranged so that the two arms of
+each contrast (each open one, after a look) are neighbours where they can be (``judge.blocks.near_order``: the host's
+noise has a memory of seconds), each block that order and its reverse (``judge.blocks.mirrored``; an arm declared a
+measured row of ``blocks`` only in the first that many), consecutive windows of one arm served by one visit
+(``judge.blocks.visits``).
 ``visit(arm, n)`` switches the engine to ``arm`` (the quota, then the plugin's live arm, proved by every engine
 process), runs one load segment of its warmup and ``n`` windows, checks that the segment's proof counters say the arm
 really served it, and returns the windows' values. Blocks are added, ``budget.step`` at a time, while
@@ -20,7 +22,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from engine_fixtures.judge.blocks import effects_by_block, plan
+from engine_fixtures.judge.blocks import effects_by_block, near_order, plan
 from engine_fixtures.judge.metrics import is_known, metric
 from engine_fixtures.judge.paired import judge_contrast
 from engine_fixtures.judge.rows import as_diagnostic
@@ -36,7 +38,7 @@ VISIT_KEY = "window_visit"  # RunResult.metadata: [visit number, window number i
 
 @dataclass(frozen=True)
 class LiveRun:
-    order: tuple[str, ...]  # the arm order of every block (then reversed)
+    order: tuple[tuple[str, ...], ...]  # the arms of each block, in the order served (then reversed)
     windows: Mapping[str, tuple[Window, ...]]
     visits: Mapping[str, tuple[tuple[int, int], ...]]  # per arm window: (visit number, window number in the visit)
     progress: Progress
@@ -57,8 +59,17 @@ def measure_live(group: LiveGroup, budget: Budget, visit: Visit,
     done = [0, 0]  # blocks, visits
     looked: list[set[str]] = []  # the contrasts open at each look: an arm none of them needs is not served
 
+    served: dict[int, list[str]] = {}
+
+    def serve(block: int) -> list[str]:
+        open_labels = looked[-1] if looked else None
+        served[block] = near_order(group.order(order, block, open_labels),
+                                   [(c.reference, c.candidate) for c in group.contrasts
+                                    if open_labels is None or c.label in open_labels])
+        return served[block]
+
     def measure(n: int) -> None:
-        for arm, blocks in plan(lambda b: group.order(order, b, looked[-1] if looked else None), done[0], n):
+        for arm, blocks in plan(serve, done[0], n):
             values = visit(group.arm(arm), len(blocks))
             windows[arm].extend(zip(blocks, values, strict=True))
             seen[arm].extend((done[1], i) for i in range(len(blocks)))
@@ -71,8 +82,8 @@ def measure_live(group: LiveGroup, budget: Budget, visit: Visit,
         return cells
 
     progress = measure_until_decided(budget, measure, look)
-    return LiveRun(tuple(order), {k: tuple(v) for k, v in windows.items()}, {k: tuple(v) for k, v in seen.items()},
-                   progress, budget.alpha_per_look(), budget.maximum)
+    return LiveRun(tuple(tuple(served[b]) for b in sorted(served)), {k: tuple(v) for k, v in windows.items()},
+                   {k: tuple(v) for k, v in seen.items()}, progress, budget.alpha_per_look(), budget.maximum)
 
 
 def metric_blocks(windows: Sequence[Window], name: str) -> tuple[list[float], list[int]]:

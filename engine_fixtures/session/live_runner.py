@@ -240,7 +240,7 @@ class LiveGroupRunner(GpuRunner):
             key = LiveGroup.key(launch, group.engine, arm, cores)
             meta = {BLOCK_KEY: blocks, VISIT_KEY: [list(v) for v in run.visits[arm.name]], "live_group": group.id,
                     "live_arm": arm.name, "live_arm_axes": arm.live().label,
-                    "block_order": list(run.order), "blocks": run.blocks, "looks": run.progress.looks,
+                    "block_order": [list(o) for o in run.order], "blocks": run.blocks, "looks": run.progress.looks,
                     "alpha_per_look": run.alpha_per_look, "budget_blocks": run.budget_blocks,
                     "undecided_at_budget": list(run.progress.undecided), "requests": requests.get(arm.name, [])}
             result = engine_result(engine, arm.scenario(group.engine), [w for _, w in windows], self.settings, meta,

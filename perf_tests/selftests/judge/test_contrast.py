@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 import pytest
 
 from engine_fixtures.errors import ConfigError
-from engine_fixtures.judge.blocks import block_effect, effects_by_block, mirrored, plan, visits
+from engine_fixtures.judge.blocks import block_effect, effects_by_block, mirrored, near_order, plan, visits
 from engine_fixtures.judge.decide import ALPHA, FAMILY_ALPHA, decide_contrast, gate_alpha, q
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.paired import GROUP_CEILING_FACTOR, judge_ab, judge_contrast
 from engine_fixtures.judge.rows import worse_change
+from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.judge.simulate import contrast_outcomes
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.live import Arm, Contrast, LiveGroup
-from engine_fixtures.scenarios.live_runs import contrast_of, contrast_verdicts
+from engine_fixtures.scenarios.live_runs import contrast_of, contrast_verdicts, measure_live
 
 
 def test_a_block_is_a_palindrome_so_a_linear_drift_cancels() -> None:
@@ -229,6 +231,54 @@ def test_an_arm_stops_being_served_once_no_open_contrast_needs_it() -> None:
     # "b >= a" flagged (decided): a is needed by no open contrast; b still is; the pool-only arm always is
     assert group.order(names, 3, {contrast_of("b >= c: requests_per_s")}) == ["b", "c", "pool"]
     assert group.order(names, 3, set()) == ["pool"]
+
+
+def test_near_order_serves_each_contrasts_arms_as_neighbours() -> None:
+    # the seed's cpu group: three contrasts, all against buffer; the order given had capped and buffer at the ends
+    hub = [("buffer", "stock"), ("torch", "buffer"), ("buffer", "capped")]
+    order = near_order(["capped", "stock", "torch", "buffer"], hub)
+    at = {m: i for i, m in enumerate(order)}
+    assert sorted(abs(at["buffer"] - at[m]) for m in ("stock", "torch", "capped")) == [1, 1, 2]  # the least possible
+    # after the first look only two contrasts are open: both are neighbours of buffer
+    order = near_order(["capped", "torch", "buffer"], [("torch", "buffer"), ("buffer", "capped")])
+    assert order[1] == "buffer"
+    # ties keep the given order (a shuffled input still decides who goes first); unpaired arms go last
+    assert near_order(["a", "b", "c"], [("a", "b")]) == ["a", "b", "c"]
+    assert near_order(["b", "c", "a"], [("a", "b")]) == ["b", "a", "c"]
+    assert near_order(["pool", "a", "x", "b"], [("a", "b"), ("a", "gone")]) == ["a", "b", "pool", "x"]
+    assert near_order(["a", "b"], []) == ["a", "b"]
+    # beyond the exhaustive search the given order (paired first) is kept
+    many = [f"m{i}" for i in range(10)]
+    assert near_order(many, [(many[0], many[9])] + [(many[i], many[i + 1]) for i in range(8)]) == many
+
+
+def test_a_live_group_serves_each_contrasts_arms_next_to_each_other_and_records_the_order() -> None:
+    engine = EngineScenario("g", transport="cpu", concurrency=16)
+    group = LiveGroup("g", engine, arms=(Arm("buffer", copy="buffer"), Arm("torch", copy="torch"), Arm("stock"),
+                                         Arm("capped", threads=4)),
+                      contrasts=(Contrast("stock >= 0.9x buffer", "buffer", "stock", 0.9),
+                                 Contrast("buffer >= torch", "torch", "buffer"),
+                                 Contrast("capped >= 0.9x buffer", "buffer", "capped", 0.9)))
+    served: list[str] = []
+
+    def visit(arm: Arm, n: int) -> list[dict[str, float]]:
+        served.extend([arm.name] * n)
+        return [{"requests_per_s": 20.0} for _ in range(n)]
+
+    def undecided(_windows: object, _alpha: float) -> list[str]:  # regression 1 decided at the first look
+        return ["buffer >= torch: requests_per_s", "capped >= 0.9x buffer: requests_per_s"]
+
+    for seed in range(6):
+        served.clear()
+        run = measure_live(group, Budget(2, 2, 4), visit, undecided, random.Random(seed))
+        first, later = run.order[0], run.order[2]
+        assert len(run.order) == 4
+        assert run.order[1] == first
+        assert run.order[3] == later
+        assert sorted(abs(first.index("buffer") - first.index(m)) for m in ("stock", "torch", "capped")) == [1, 1, 2]
+        assert later[1] == "buffer"
+        assert set(later) == {"buffer", "torch", "capped"}
+        assert served == [m for order in run.order for m in mirrored(order)]
 
 
 def test_a_thread_cap_at_the_quota_is_the_quotas_whole_cores() -> None:
