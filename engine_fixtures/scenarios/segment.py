@@ -3,7 +3,7 @@
 ``measure_segment(engine, stream, plan)`` runs a warm-up of closed-loop load (never measured: ``plan.warmup_s``, and
 then until every request sent in it has completed, as the client decides and reports it in ``Segment.measure_at``),
 then ``plan.windows`` windows of ``plan.window_s`` seconds from ``measure_at`` with no pause between them, then the
-drain. The samplers (CPU per role, GPU utilisation) run over the whole segment and are cut at the window marks.
+drain. The samplers (CPU per role, GPU utilisation, the cgroup's counters) run over the whole segment and are cut at the window marks.
 Values per window (``window_values``):
 
 - ``requests_per_s``: the time-weighted progress rate (each request adds the share of its lifetime inside the
@@ -15,7 +15,9 @@ Values per window (``window_values``):
   their count ``requests_completed`` (a row resting on few requests says so);
 - ``cpu_s_per_request.<role>`` (the role's CPU seconds in the window over the requests' progress in it, the
   continuous count above), ``cpu_share_of_quota.<role>`` under a quota, ``cpu_cores.<role>`` as a diagnostic;
-- ``gpu_util_mean``; the diagnostic ``achieved_concurrency`` (time-weighted requests in flight).
+- ``gpu_util_mean``; the diagnostic ``achieved_concurrency`` (time-weighted requests in flight); under a cgroup
+  sandbox the diagnostic ``throttled_ratio`` (the share of the quota's CFS periods in which the engine's tree was
+  throttled, ``sampling.cgroup``).
 
 Values per segment (``segment_values``), read once around it and put on its FIRST window only, never copied into the
 others: the visit (one segment) is their unit, so a copy per window would count one reading as several:
@@ -59,6 +61,7 @@ from engine_fixtures.loadgen.records import RequestRecord
 from engine_fixtures.loadgen.stream import LoadStream, Segment
 from engine_fixtures.loadgen.workload import WorkloadSpec
 from engine_fixtures.sampling.base import SamplerSet
+from engine_fixtures.sampling.cgroup import CgroupSampler
 from engine_fixtures.sampling.cpu import CpuSampler
 from engine_fixtures.sampling.gpu import GpuSampler
 from engine_fixtures.scenarios.timeline import Timeline
@@ -118,8 +121,9 @@ def measure_segment(engine: EngineHandle, stream: LoadStream, plan: SegmentPlan,
         before = None  # a segment measured again opens with a fresh proof: the previous attempt moved the counters
         cpu = CpuSampler(engine.pids, interval, engine.spec.cpu_quota)
         gpu = GpuSampler(engine.spec.gpus, engine.pids, interval)
+        cgroup = [] if engine.quota is None else [CgroupSampler.for_quota(engine.quota, interval_s=interval)]
         try:
-            with SamplerSet([cpu, gpu]) as samplers:
+            with SamplerSet([cpu, gpu, *cgroup]) as samplers:
                 seg = stream.segment(engine.url, plan.workload, plan.warmup_s, plan.windows * plan.window_s)
         except Exception as exc:
             _engine_died_under(engine, exc)
@@ -181,6 +185,8 @@ def window_values(seg: Segment, samplers: SamplerSet, t0: float, t1: float) -> d
                 values[f"cpu_s_per_request.{parts[1]}"] = value / rate  # cores * span / (rate * span)
         elif parts[0] == "cpu" and parts[-1] == "share_of_quota" and parts[1] in JUDGED_ROLES:
             values[f"cpu_share_of_quota.{parts[1]}"] = value
+    if "cgroup.throttled_ratio" in cut:  # report-only: how often the quota stopped the engine's tree
+        values["throttled_ratio"] = cut["cgroup.throttled_ratio"]
     if "gpu.util.mean" in cut:
         values["gpu_util_mean"] = cut["gpu.util.mean"]
     for key in ("gpu.sm_clock_mhz.mean", "gpu.mem_clock_mhz.mean", "gpu.power_w.mean"):  # telemetry, report-only

@@ -71,10 +71,13 @@ def test_share_of_quota_is_one_for_a_busy_child_under_half_a_core(
         busy = spawn(BUSY, preexec_fn=quota.preexec_fn())
         cpu = CpuSampler(lambda: {"busy": [busy.pid]}, interval_s=0.1, quota_cores=0.5)
         idle0 = psutil.cpu_times().idle
-        with SamplerSet([cpu, CgroupSampler.for_quota(quota)]) as samplers:
+        ticked = CgroupSampler.for_quota(quota, name="cgroup-ticked", interval_s=0.1)
+        with ticked, SamplerSet([cpu, CgroupSampler.for_quota(quota)]) as samplers:
             hold(cpu, 15)
         spare_cores = (psutil.cpu_times().idle - idle0) / cpu.wall_s
         s = samplers.summary()
+        times = ticked.read.times
+        middle = ticked.cut(times[2], times[-3])  # a span inside the window, as a segment cuts its windows
     request.node.user_properties.append(("spare_cores_during_window", round(spare_cores, 3)))
     assert samplers.unavailable == {}
     assert s["cpu.busy.share_of_quota"] <= 1.05, "more CPU than the quota allows was measured"
@@ -91,6 +94,10 @@ def test_share_of_quota_is_one_for_a_busy_child_under_half_a_core(
     if spare_cores >= 0.1:
         assert s["cgroup.throttled_ratio"] > 0.5, "a spinning child under half a core is throttled most periods"
         assert s["cgroup.throttled_s"] > 0
+        assert middle["cgroup.throttled_ratio"] > 0.5
+        assert middle["cgroup.usage_cores"] == pytest.approx(0.5, abs=0.12)
+    with pytest.raises(MeasurementError, match="give it interval_s"):
+        samplers.active[1].cut(times[2], times[-3])  # read at its ends only: no span inside
 
 
 def test_roles_are_reread_so_new_children_count_from_their_start(spawn: Spawn) -> None:
