@@ -36,6 +36,10 @@ MIN_RUNS = 3  # between-run spread needs K - 1 >= 2 degrees of freedom to mean a
 MIN_WINDOWS = 2  # a run's own spread needs two windows
 
 ScaleName = Literal["log", "linear"]
+# No metric reaches this in its unit (the largest, copies/s, about 1e5; the smallest positive, CPU seconds per
+# request, about 1e-3). A stored value beyond it is a corrupt or hand-edited file, and judging it would overflow a
+# double (a log ratio of 1e308 to 10 is 700, whose expm1 does not fit).
+MAX_MAGNITUDE = 1e12
 
 
 @dataclass(frozen=True)
@@ -54,12 +58,15 @@ class Scale:
         return arr
 
     def problem(self, values: Sequence[float]) -> str | None:
-        """Why ``values`` cannot be judged on this scale (None: they can): a value that is not finite, or on the
-        log scale one that is not > 0. The one check of a scale's domain, for stored samples (``store.baselines``)."""
-        bad = [v for v in values if not math.isfinite(v) or (self.name == "log" and v <= 0)]
+        """Why ``values`` cannot be judged on this scale (None: they can): a value that is not finite or beyond
+        ``MAX_MAGNITUDE``, or on the log scale one that is not above its reciprocal. The one check of a scale's
+        domain, for stored samples (``store.baselines``)."""
+        low = 1 / MAX_MAGNITUDE if self.name == "log" else -MAX_MAGNITUDE
+        bad = [v for v in values if not (math.isfinite(v) and low < v < MAX_MAGNITUDE)]
         if not bad:
             return None
-        domain = "finite and > 0 (log scale)" if self.name == "log" else "finite"
+        domain = (f"finite and > 0 (log scale; within {low:g} .. {MAX_MAGNITUDE:g})" if self.name == "log"
+                  else f"finite (within +-{MAX_MAGNITUDE:g})")
         return f"values {bad[:5]} where every value must be {domain}"
 
     def size(self, floor: float) -> float:

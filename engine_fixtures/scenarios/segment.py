@@ -3,7 +3,8 @@
 ``measure_segment(engine, stream, plan)`` runs a warm-up of closed-loop load (never measured: ``plan.warmup_s``, and
 then until every request sent in it has completed, as the client decides and reports it in ``Segment.measure_at``),
 then ``plan.windows`` windows of ``plan.window_s`` seconds from ``measure_at`` with no pause between them, then the
-drain. The samplers (CPU per role, GPU utilisation, the cgroup's counters) run over the whole segment and are cut at the window marks.
+drain. The samplers (CPU per role, GPU utilisation, the cgroup's counters) run over the whole segment and are cut at
+the window marks.
 Values per window (``window_values``):
 
 - ``requests_per_s``: the time-weighted progress rate (each request adds the share of its lifetime inside the

@@ -135,7 +135,7 @@ def test_update_from_runs_needs_a_positive_k_and_show_a_baseline_dir_that_exists
     assert "no pools of machine key m9" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("bad", ["NaN", "Infinity", "1e999", "0.0", "-1.0"])
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "1e999", "0.0", "-1.0", "1e308"])
 def test_show_compare_and_update_stop_on_a_pool_whose_samples_no_run_gives_naming_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str) -> None:
     """Before (issue 37): a traceback (ValueError: log-scale metric with non-positive values), or, for an infinite

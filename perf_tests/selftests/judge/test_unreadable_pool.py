@@ -70,14 +70,17 @@ TORCH = "mech/copy=torch/threads=cpus/quota=0.5/res=256/c=2"
 
 
 # What a pool's second run holds instead of its torch windows, as JSON text (json.loads reads NaN, Infinity and
-# 1e999, which does not fit a double, as floats; the suite never writes them).
+# 1e999, which does not fit a double, as floats; the suite never writes them). 1e308 fits a double, but judging it
+# overflowed one: an OverflowError in the verdict row, before the domain check said MAX_MAGNITUDE.
 BAD_SAMPLES = {"nan": '{"requests_per_s": [10.1, NaN, 10.0]}', "inf": '{"requests_per_s": [10.1, Infinity, 10.0]}',
                "huge": '{"requests_per_s": [10.1, 1e999, 10.0]}', "zero": '{"requests_per_s": [10.1, 0.0, 10.0]}',
+               "1e308": '{"requests_per_s": [10.1, 1e308, 10.0]}',
                "negative": '{"requests_per_s": [10.1, -9.9, 10.0]}', "null": "null",
                "empty-windows": '{"requests_per_s": []}', "no-metric": "{}"}
 WHY = {"nan": "has non-finite values [nan]", "inf": "has non-finite values [inf]",
        "huge": "has non-finite values [inf]", "zero": "has values [0.0] where every value must be finite and > 0",
        "negative": "has values [-9.9] where every value must be finite and > 0",
+       "1e308": "has values [1e+308] where every value must be finite and > 0 (log scale; within 1e-12 .. 1e+12)",
        "null": "samples must be a mapping of metric names to numbers, got None",
        "empty-windows": "samples['requests_per_s'] is empty", "no-metric": "samples is empty"}
 
