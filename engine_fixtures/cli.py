@@ -188,6 +188,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"no baselines under {root}; record them with `perf-baseline update --from-runs {POOL_RUNS}`")
         return 0
     here = MachineInfo.collect().host
+    misplaced = 0
     for key in keys:
         store = BaselineStore(root, key)
         print(f"[{key}] {store.dir}")
@@ -197,12 +198,19 @@ def cmd_show(args: argparse.Namespace) -> int:
             dates = sorted(r.date[:10] for r in b.runs)
             judges = "judges this host" if here is not None and here.same_host(b.host) else "judges nothing here"
             print(f"  {scenario}: {len(b.runs)} run(s) {dates[0]}..{dates[-1]}")
+            if (misfiled := store.misfiled(scenario, b)) is not None:
+                print(f"    judges nothing: {misfiled}")
+                misplaced += 1
             print(f"    host {_host_text(b.host)}: {judges}")
             for name, n in b.noise().items():
                 catches = n.get("detectable")
                 shown = "-" if catches is None else (f"{catches:.1%}" if n["scale"] == "log" else f"{catches:.3g}")
                 print(f"    {name} = {n['level']:.4g} {metric(name).unit}; between-run sd {n['between_sd']:.3g}, "
                       f"within-run sd {n['within_sd']:.3g} ({n['scale']}); catches {shown}")
+    if misplaced:
+        print(f"perf-baseline: {misplaced} pool(s) lie in the folder of another machine key and judge nothing "
+              "(above)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -108,12 +108,8 @@ class PerfSession:
         with its error, kept in ``unreadable`` (see the module docstring)."""
         try:
             base = self.store.load(scenario)
-            if isinstance(base, Baseline) and base.machine_key != self.machine_key:  # copied or moved by hand
-                raise BaselineError(
-                    f"baseline file {self.store.path_for(scenario)} was recorded for machine key {base.machine_key!r} "
-                    f"but lies in the folder of {self.machine_key!r}, and a pool judges only the machine key it was "
-                    f"recorded on; move it to {self.store.dir.parent / base.machine_key}/ if it belongs there, or "
-                    f"record this key's pool with {UPDATE_HINT}")
+            if isinstance(base, Baseline) and (misfiled := self.store.misfiled(scenario, base)) is not None:
+                raise BaselineError(misfiled)
             return base
         except BaselineError as exc:
             self.unreadable.setdefault(scenario, str(exc))

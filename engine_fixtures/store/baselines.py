@@ -291,6 +291,16 @@ class BaselineStore:
             return MissingBaseline(scenario, path, found, self.host.describe() if self.host is not None else None)
         return stored
 
+    def misfiled(self, scenario: str, base: Baseline) -> str | None:
+        """Why ``base``, read from this store's folder, judges nothing here: it was recorded for another machine key
+        (copied or moved by hand), and a pool judges only the machine key it was recorded on. None: it belongs."""
+        if base.machine_key == self.machine_key:
+            return None
+        return (f"baseline file {self.path_for(scenario)} was recorded for machine key {base.machine_key!r} but lies "
+                f"in the folder of {self.machine_key!r}, and a pool judges only the machine key it was recorded on; "
+                f"move it to {self.dir.parent / base.machine_key}/ if it belongs there, or record this key's pool "
+                f"with {UPDATE_HINT}")
+
     def pool(self, scenario: str) -> Baseline | None:
         """The stored pool of ``scenario`` whatever host recorded it (None: no file); for updates and listings."""
         path = self.path_for(scenario)

@@ -158,6 +158,23 @@ def test_show_compare_and_update_stop_on_a_pool_whose_samples_no_run_gives_namin
     assert len(json.loads(pool.read_text())["runs"]) == 3  # update wrote nothing
 
 
+def test_show_says_a_pool_in_another_machine_keys_folder_judges_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before (issue 37): `show` listed a pool copied by hand into another key's folder like any other, rc 0."""
+    bl = tmp_path / "bl"
+    runs = [results_file(tmp_path, f"a{i}", noisy(10.0, i), date=f"2025-01-0{i}T00:00:00+00:00") for i in (1, 2, 3)]
+    assert main(["update", "--from", *map(str, runs), "--baseline-dir", str(bl)]) == 0
+    (bl / "m2").mkdir()
+    (bl / "m1" / "demo%2Fc=4.json").rename(bl / "m2" / "demo%2Fc=4.json")
+    capsys.readouterr()
+    assert main(["show", "--baseline-dir", str(bl)]) == 1
+    out, err = capsys.readouterr()
+    assert (f"judges nothing: baseline file {bl / 'm2' / 'demo%2Fc=4.json'} was recorded for machine key 'm1' but "
+            "lies in the folder of 'm2'") in out
+    assert f"move it to {bl / 'm1'}/ if it belongs there" in out
+    assert "1 pool(s) lie in the folder of another machine key and judge nothing" in err
+
+
 def test_update_into_a_read_only_baseline_dir_is_an_error_naming_it_dry_run_or_not(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], small_tmpfs) -> None:
     """Before (issue 37): the real update printed the diff, then an OSError traceback (rc 1); its dry run said
