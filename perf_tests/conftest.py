@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -37,3 +40,94 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Callable[[str, str], Path]]:
     yield mount
     for where in reversed(mounted):
         subprocess.run(["umount", str(where)], check=True, timeout=30)
+
+
+# ------------------------------------------------------------------------------------------ two xdist workers
+# The unit env runs the self-tests on two pytest-xdist workers (`-n 2 --dist loadgroup`, tox.ini). Most tests are
+# pure Python and run beside anything. These modules share something machine-wide and so run in sequence on one
+# worker (an xdist group, in collection order), or with nothing beside them at all (exclusive). By module (path
+# under perf_tests/), so a new test in one of them inherits its module's rule; a new module that starts processes
+# belongs in one of these lists.
+XDIST_GROUPS: dict[str, tuple[str, ...]] = {
+    # Runs of pytest inside a test whose tests measure: each takes the perf machine lock (one measuring run per
+    # machine), so two at once would only wait for each other; in sequence they never wait.
+    "measuring-sessions": (
+        "selftests/engine/test_engine_scenarios_stub.py", "selftests/engine/test_live_stub.py",
+        "selftests/engine/test_group_stub.py", "selftests/judge/test_perf_record.py",
+        "selftests/judge/test_unreadable_pool.py", "selftests/history/test_history_session.py",
+        "selftests/history/test_secrets.py", "selftests/harness/test_preflight.py",
+        "selftests/harness/test_plugin.py",
+    ),
+    # SGLang-titled stub engines and process trees started by the test itself: one such tree at a time, as the
+    # suite ran before (their leak checks and fault cycles count processes and /dev/shm pools by owner).
+    "stub-engines": (
+        "selftests/engine/test_engine_runs_stub.py", "selftests/engine/test_engine_stub.py",
+        "selftests/engine/test_factory_stub.py", "selftests/engine/test_live_arm_stub.py",
+        "selftests/engine/test_live_arm_proof.py", "selftests/harness/test_soak.py",
+        "selftests/harness/test_process.py", "selftests/harness/test_roles.py", "selftests/harness/test_owner.py",
+        "selftests/profile/test_profile_cpu_tier.py", "selftests/profile/test_profile_stub_engine.py",
+        "selftests/profile/test_profile_tree.py", "selftests/profile/test_profile_units.py",
+        "selftests/profile/test_refusal.py",
+    ),
+}
+# Nothing else runs while these do (they join the measuring sessions' group, so they never wait for one of those
+# long runs to end, and run back to back, so the other worker pauses once): the sweep and leak tests
+# remove an owner-less SGLang segment only while no other perf run and no SGLang-titled process is alive (else
+# they skip, saying so); the real-quota tests need the CPUs a quota grants (a 1.5-core sandbox on 2 cores) or
+# read CPU-time ratios; the machine-lock test times two suites taking turns.
+EXCLUSIVE: tuple[str, ...] = (
+    "selftests/harness/test_sweep.py", "selftests/harness/test_leaks.py",
+    "selftests/harness/test_recover_killed_run.py", "selftests/harness/test_machine_lock.py",
+    "selftests/harness/test_cgroups.py", "selftests/harness/test_cgroup_v2_ancestor.py",
+    "selftests/harness/test_samplers.py", "selftests/harness/test_sampler_overhead.py",
+    "sglang/cpu_tier/test_cpu_tier_failures.py",
+)
+_HERE = Path(__file__).parent
+_SHARE_KEY = pytest.StashKey[IO[bytes]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "exclusive: under pytest-xdist no other test runs beside this one "
+                            "(perf_tests/conftest.py: EXCLUSIVE says which and why).")
+    if not config.pluginmanager.hasplugin("xdist"):  # the marks below are set either way; --strict-markers
+        config.addinivalue_line("markers", "xdist_group(name): pytest-xdist runs a group's tests on one worker.")
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:  # an xdist worker: the run's readers-writer lock file, shared by its workers
+        path = Path(tempfile.gettempdir()) / f"perf-selftests-{workerinput['testrunuid']}.lock"
+        config.stash[_SHARE_KEY] = path.open("a+b")  # closed by the cleanup below
+        config.add_cleanup(config.stash[_SHARE_KEY].close)
+        if workerinput.get("workerid") == "gw0":
+            config.add_cleanup(lambda: path.unlink(missing_ok=True))
+
+
+_GROUP_OF = {path: name for name, paths in XDIST_GROUPS.items() for path in paths} | dict.fromkeys(
+    EXCLUSIVE, "measuring-sessions")
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """The marks go on as each test is collected: xdist reads xdist_group in its collection_modifyitems."""
+    try:
+        rel = item.path.relative_to(_HERE).as_posix()
+    except ValueError:
+        return
+    if rel in _GROUP_OF:
+        item.add_marker(pytest.mark.xdist_group(_GROUP_OF[rel]))
+    if rel in EXCLUSIVE:
+        item.add_marker(pytest.mark.exclusive)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Under xdist, each test holds a shared lock on the run's lock file, an exclusive test an exclusive one (kept
+    across a run of exclusive tests): a flock readers-writer lock between the workers, setup to teardown."""
+    share = item.config.stash.get(_SHARE_KEY, None)
+    if share is None:
+        yield
+        return
+    exclusive = item.get_closest_marker("exclusive") is not None
+    fcntl.flock(share, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    try:
+        yield
+    finally:
+        if not (exclusive and nextitem is not None and nextitem.get_closest_marker("exclusive") is not None):
+            fcntl.flock(share, fcntl.LOCK_UN)
