@@ -4,7 +4,7 @@ What a test author uses imports from here (loaded on first use, so the plugin st
 name only, so the package imports none of its modules and no module's ``from engine_fixtures import ...`` closes
 a loop through it)::
 
-    from engine_fixtures import EngineScenario, LiveGroup, Arm, Contrast, known_regression, SHM_COPY
+    from engine_fixtures import EngineScenario, Group, Arm, Contrast, known_regression, SHM_COPY
 
 The plugin (``engine_fixtures.plugin``) only wires hooks; everything else lives in one small module per concern
 (see docs/ARCHITECTURE.md).
@@ -20,15 +20,19 @@ __version__ = "0.1.0"
 # name -> module that defines it
 _EXPORTS = {
     "EngineScenario": "engine_fixtures.scenarios.engine",
-    "LiveGroup": "engine_fixtures.scenarios.live",
-    "Arm": "engine_fixtures.scenarios.live",
-    "Contrast": "engine_fixtures.scenarios.live",
-    "EngineGroup": "engine_fixtures.scenarios.groups",
-    "Member": "engine_fixtures.scenarios.groups",
+    "Group": "engine_fixtures.scenarios.group",
+    "Arm": "engine_fixtures.scenarios.group",
+    "Contrast": "engine_fixtures.scenarios.group",
+    "CounterBound": "engine_fixtures.scenarios.group",
+    "FAMILIES": "engine_fixtures.scenarios.group",
+    "REPORTED": "engine_fixtures.scenarios.group",
+    "INHERIT": "engine_fixtures.scenarios.group",
+    "QUOTA_THREADS": "engine_fixtures.scenarios.group",
+    "SeedFigure": "engine_fixtures.scenarios.figures",
+    "Point": "engine_fixtures.scenarios.figures",
+    "Shape": "engine_fixtures.scenarios.figures",
     "CpuTierScenario": "engine_fixtures.scenarios.cpu_tier",
     "CpuTierArm": "engine_fixtures.cpu_tier.arms",
-    "Invariant": "engine_fixtures.scenarios.invariants",
-    "CounterBound": "engine_fixtures.scenarios.invariants",
     "WorkloadSpec": "engine_fixtures.loadgen.workload",
     "EngineSpec": "engine_fixtures.engine.spec",
     "EngineHandle": "engine_fixtures.engine.handle",
@@ -44,8 +48,8 @@ _EXPORTS = {
 }
 _RENAMED = {"installed_sglang": "installed"}
 __all__ = [  # noqa: RUF022 (grouped as _EXPORTS)
-    "EngineScenario", "LiveGroup", "Arm", "Contrast", "EngineGroup", "Member", "CpuTierScenario", "CpuTierArm",
-    "Invariant", "CounterBound",
+    "EngineScenario", "Group", "Arm", "Contrast", "CounterBound", "FAMILIES", "REPORTED", "INHERIT", "QUOTA_THREADS",
+    "SeedFigure", "Point", "Shape", "CpuTierScenario", "CpuTierArm",
     "WorkloadSpec", "EngineSpec",
     "EngineHandle", "KnownRegression", "SHM_COPY", "IPC_CACHE_OFF", "PP_MICROBATCH_CAP", "installed_sglang",
     "known_regression", "InvariantViolated", "MeasurementError", "ConfigError",

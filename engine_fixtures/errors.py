@@ -51,6 +51,11 @@ class MeasurementError(PerfError):
     """A measurement is invalid (for example zero completed requests); never reported as a number."""
 
 
+class NotApplicable(PerfError):
+    """A declared arm this run cannot serve as declared (a quota arm under ``--perf-cpu-quota none``): its test
+    skips with the reason, never runs it without what it is reported under."""
+
+
 class PerformanceRegression(AssertionError):
     """A judged metric got significantly worse than its baseline or reference (a test failure, not a usage error)."""
 

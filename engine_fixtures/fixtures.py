@@ -22,18 +22,18 @@ Engine:
 Judging:
 - ``perf_record(result) -> list[Verdict]``: records and judges a ``RunResult`` against this machine's
   baseline (``report.recorder.PerfRecorder``); a failing test shows section "perf verdicts".
-- ``perf_invariant(label, metric, reference, current, bound, paired=True) -> Verdict``: a same-run invariant
-  between arms (``reference``/``current`` are RunResults or sample sequences); ``perf_invariant.check(inv)``
-  judges a declared ``scenarios.invariants.Invariant`` from this session's results.
+- ``perf_invariant(label, metric, reference, current, bound) -> Verdict``: a same-run invariant between arms, per
+  round (``reference``/``current`` are RunResults or sample sequences); ``perf_invariant.check(contrast)`` judges a
+  declared ``Contrast`` of the CPU tier's arms, or a ``CounterBound``, from this session's results.
 
 Scenarios:
 - ``perf_results`` (session): this session's measured results by arm id (``scenarios.registry``).
 - ``perf_cpu_tier(scenario) -> {arm id: RunResult}`` (session): measures a ``CpuTierScenario`` once per session,
   until its verdicts are decided; the control arm is recorded as the machine's yardstick (diagnostics).
-- ``perf_gpu_tier(scenario) -> list[Verdict]``: starts (or reuses) the engine of an ``EngineScenario``, measures
-  it until decided (pooled baseline, or A/B with ``--perf-reference``), checks the arm proof and judges it.
-- ``perf_live``: one engine, many arms (``LiveGroup``); ``perf_group``: a group of engines alive at once
-  (``EngineGroup``: launches that cannot switch live, such as the transport).
+- ``perf_gpu_tier``: the GPU tier (``session.gpu_tier``): ``perf_gpu_tier(scenario)`` one launch against this host's
+  pool (the A/B of two builds with ``--perf-reference``); ``.check(group, contrast)``, ``.arm(group, name)``,
+  ``.counter(group, bound)``, ``.figure(seed_figure)`` for a declared ``Group`` (arms switched live on one engine, or
+  launches of their own such as the transport).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ import pytest
 
 from engine_fixtures.engine.factory import EngineFactory
 from engine_fixtures.engine.handle import EngineHandle
-from engine_fixtures.engine.spec import EngineSpec
-from engine_fixtures.errors import ConfigError
+from engine_fixtures.engine.spec import EngineSpec, with_quota_setting
+from engine_fixtures.errors import ConfigError, NotApplicable
 from engine_fixtures.isolation.cgroups import CpuQuota, probe_quota_support
 from engine_fixtures.isolation.leaks import LeakSnapshot, no_leaks
 from engine_fixtures.isolation.pinning import cpu_split
@@ -57,10 +57,8 @@ from engine_fixtures.model.modeldir import check_model_dir, write_model_dir
 from engine_fixtures.options import Settings
 from engine_fixtures.scenarios.load import SessionLoad
 from engine_fixtures.session import sections
-from engine_fixtures.session.engine_runner import EngineScenarioRunner
-from engine_fixtures.session.group_runner import EngineGroupRunner
-from engine_fixtures.session.live_runner import LiveGroupRunner
-from engine_fixtures.session.params import apply_quota_setting, spec_from_param
+from engine_fixtures.session.gpu_tier import GpuTier
+from engine_fixtures.session.params import spec_from_param
 from engine_fixtures.session.perf_session import get_session
 from engine_fixtures.session.recorder import InvariantJudge, PerfRecorder, session_verdicts
 from engine_fixtures.session.registry import ScenarioResults, results_of
@@ -145,7 +143,11 @@ def engine(request: pytest.FixtureRequest, engine_factory: EngineFactory) -> Eng
     needs_model = not isinstance(param, EngineSpec) and "model" not in param
     model = request.getfixturevalue("perf_model_dir") if needs_model else Path()
     spec = spec_from_param(param, model, settings.gpus)
-    handle = engine_factory.get(apply_quota_setting(spec, settings.cpu_quota, settings.sources["cpu_quota"]))
+    try:
+        spec = with_quota_setting(spec, settings.cpu_quota, settings.sources["cpu_quota"])
+    except NotApplicable as exc:
+        pytest.skip(str(exc))
+    handle = engine_factory.get(spec)
     sections.add_on_failure(request.node, "engine log (tail)", handle.log_tail)
     return handle
 
@@ -192,28 +194,11 @@ def perf_load(pytestconfig: pytest.Config) -> Iterator[SessionLoad]:
 
 @pytest.fixture
 def perf_gpu_tier(request: pytest.FixtureRequest, engine_factory: EngineFactory, perf_record: PerfRecorder,
-                perf_results: ScenarioResults, perf_load: SessionLoad) -> EngineScenarioRunner:
-    """``perf_gpu_tier(scenario) -> list[Verdict]`` (``scenarios.engine_runner``)."""
-    return EngineScenarioRunner(request, engine_factory, perf_record, perf_results,
-                                request.getfixturevalue("perf_model_dir"), perf_load)
-
-
-@pytest.fixture
-def perf_group(request: pytest.FixtureRequest, engine_factory: EngineFactory, perf_record: PerfRecorder,
-               perf_results: ScenarioResults, perf_load: SessionLoad) -> EngineGroupRunner:
-    """``perf_group.check(group, contrast)``: a group of engines alive at once, launches that cannot switch live
-    (``session.group_runner``)."""
-    return EngineGroupRunner(request, engine_factory, perf_record, perf_results,
-                             request.getfixturevalue("perf_model_dir"), perf_load)
-
-
-@pytest.fixture
-def perf_live(request: pytest.FixtureRequest, engine_factory: EngineFactory, perf_record: PerfRecorder,
-              perf_results: ScenarioResults, perf_load: SessionLoad) -> LiveGroupRunner:
-    """``perf_live.check(group, contrast)``, ``.arm(group, name)``, ``.counter(group, bound)``: one engine, many
-    arms (``session.live_runner``)."""
-    return LiveGroupRunner(request, engine_factory, perf_record, perf_results,
-                           request.getfixturevalue("perf_model_dir"), perf_load)
+                  perf_results: ScenarioResults, perf_load: SessionLoad) -> GpuTier:
+    """``perf_gpu_tier(scenario)``, ``.check(group, contrast)``, ``.arm(group, name)``, ``.counter(group, bound)``,
+    ``.figure(seed_figure)`` (``session.gpu_tier``)."""
+    return GpuTier(request, engine_factory, perf_record, perf_results, request.getfixturevalue("perf_model_dir"),
+                   perf_load)
 
 
 # ---------------------------------------------------------------------------------------------- judging
@@ -225,5 +210,5 @@ def perf_record(request: pytest.FixtureRequest) -> PerfRecorder:
 
 @pytest.fixture
 def perf_invariant(perf_record: PerfRecorder, perf_results: ScenarioResults) -> InvariantJudge:
-    """``perf_invariant(label, metric, reference, current, bound, paired=True) -> Verdict``; ``.check(inv)``."""
+    """``perf_invariant(label, metric, reference, current, bound) -> Verdict``; ``.check(contrast)``."""
     return InvariantJudge(perf_record, perf_results)

@@ -91,6 +91,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if xdist and measured:
             reason = xdist
         if reason is None:
+            reason = marks.resolve_reference(item, settings)
+        if reason is None:
             reason = marks.scale_skip_reason(item, settings.scale)
         gpu = item.get_closest_marker("gpu")
         if reason is None and gpu is not None:

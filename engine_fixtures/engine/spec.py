@@ -24,8 +24,8 @@ from pathlib import Path
 
 from engine_fixtures import sglang_version
 from engine_fixtures.engine.build import EngineBuild
-from engine_fixtures.errors import ConfigError, QuotaError
-from engine_fixtures.quota import checked_cores, quota_text
+from engine_fixtures.errors import ConfigError, NotApplicable, QuotaError
+from engine_fixtures.quota import QuotaSetting, checked_cores, quota_text
 from engine_fixtures.transport.arms import ENGINE_COPY_ARMS
 
 TRANSPORTS = ("cpu", "cuda_ipc")
@@ -213,3 +213,14 @@ class EngineSpec:
         from dataclasses import replace
 
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def with_quota_setting(spec: EngineSpec, setting: QuotaSetting, source: str) -> EngineSpec:
+    """``--perf-cpu-quota`` (``quota.QuotaSetting``) on an engine's spec: ``auto`` keeps the arm's quota, a number
+    replaces it; a quota arm that the setting disables (``none``) is ``NotApplicable`` (never run without its quota
+    and reported as if it had one)."""
+    reason = setting.skip_reason(spec.cpu_quota, source)
+    if reason is not None:
+        raise NotApplicable(reason)
+    cores = setting.applied(spec.cpu_quota)
+    return spec if cores == spec.cpu_quota else spec.with_(cpu_quota=cores)

@@ -29,12 +29,13 @@ from engine_fixtures.judge.metrics import Metric, metric
 
 
 def mirrored(members: Sequence[str]) -> list[str]:
-    """One block: ``members`` in order, then reversed (each member twice)."""
+    """One block: ``members`` in order, then reversed (each member twice); a block of one member is one window
+    (mirroring one member cancels nothing: a launch measured alone looks every ``--perf-repeats`` windows)."""
     if not members:
         raise ValueError("a block needs at least one member")
     if len(set(members)) != len(members):
         raise ValueError(f"block members must be distinct, got {list(members)}")
-    return [*members, *reversed(members)]
+    return list(members) if len(members) == 1 else [*members, *reversed(members)]
 
 
 NEAR_ORDER_MAX = 8  # members searched exhaustively (8! orders); beyond, the given order is kept
@@ -91,7 +92,7 @@ def plan(order: Sequence[str] | Callable[[int], Sequence[str]], first_block: int
 def rounds(members: Sequence[int], n: int) -> list[list[int]]:
     """``n`` rounds over ``members``: each mirrored block cut into its forward and its reversed pass (the CPU tier
     measures one window per member per round)."""
-    block = mirrored(members)
+    block = [*members, *reversed(members)]
     k = len(members)
     return [block[:k] if r % 2 == 0 else block[k:] for r in range(n)]
 

@@ -281,44 +281,6 @@ def _bound_name(allowed: float, margin: float, floor: float, show: Callable[[flo
     return f"the bound{' (the floor)' if floor > margin else ''} {show(allowed)}"
 
 
-MIN_INSTANCES = 2  # engine instances per arm before an unpaired invariant can judge anything
-
-
-def instance_means(logs: Sequence[float], instances: Sequence[str] | None) -> np.ndarray:
-    """Mean of ``logs`` per engine instance (in order of first appearance); no ids: one instance."""
-    x = np.asarray(logs, dtype=float)
-    if instances is None:
-        return x[:1] * 0 + x.mean() if x.size else x
-    if len(instances) != x.size:
-        raise ValueError(f"window_instance names {len(instances)} windows but there are {x.size}")
-    order = list(dict.fromkeys(instances))
-    ids = np.asarray(instances, dtype=object)
-    return np.array([x[ids == i].mean() for i in order])
-
-
-def decide_bound_unpaired(reference_logs: Sequence[float], current_logs: Sequence[float], bound: float,
-                         alpha: float = ALPHA, reference_instances: Sequence[str] | None = None,
-                         current_instances: Sequence[str] | None = None) -> Decision:
-    """Invariant ``exp(mean current - mean reference) >= bound`` for two arms served by separate engines.
-
-    The unit is the engine instance, as in the A/B: windows are averaged per instance (``*_instances`` name the
-    instance of each window; None: all windows came from one instance) and a Welch interval is taken over the
-    instance means, because two starts of one build differ by more than one start's windows do (+15.8 % TPOT on
-    the H200). Fewer than ``MIN_INSTANCES`` instances on either arm is ``inconclusive``, never a pass."""
-    ref = instance_means(reference_logs, reference_instances)
-    cur = instance_means(current_logs, current_instances)
-    effect = math.log(bound) - float(cur.mean() - ref.mean()) if ref.size and cur.size else math.nan
-    if ref.size < MIN_INSTANCES or cur.size < MIN_INSTANCES:
-        return Decision("inconclusive", effect, math.nan, math.nan, 0.0, None,
-                        f"{ref.size} reference and {cur.size} current engine instance(s); windows of one instance "
-                        f"share its start's offset, so the invariant needs >= {MIN_INSTANCES} fresh engine "
-                        "instances per arm: measure more fresh engine instances per arm")
-    va, vb = ref.var(ddof=1) / ref.size, cur.var(ddof=1) / cur.size
-    se = math.sqrt(va + vb)
-    df = (va + vb) ** 2 / ((va**2) / (ref.size - 1) + (vb**2) / (cur.size - 1)) if se > 0 else math.inf
-    return _bound_decision(effect, se, df, bound, alpha, "more fresh engine instances per arm")
-
-
 def _bound_decision(effect: float, se: float, df: float, bound: float, alpha: float, more: str) -> Decision:
     half = q(1 - alpha, df) * se
     if effect > half:

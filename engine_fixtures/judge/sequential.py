@@ -44,6 +44,11 @@ class Budget:
     def fixed(cls, n: int) -> Budget:
         return cls(n, 1, n)
 
+    @classmethod
+    def repeated(cls, repeats: int, max_repeats: int) -> Budget:
+        """``--perf-repeats`` before the first look, as many again before each next, up to ``--perf-max-repeats``."""
+        return cls(repeats, repeats, max(max_repeats, repeats))
+
 
 @dataclass(frozen=True)
 class Progress:

@@ -3,8 +3,10 @@
 
 Three kinds of judgement, all through ``judge.decide``:
 - ``history``: this run's windows against the pooled baseline of the scenario (``judge_result``);
-- ``paired``: a candidate against a reference measured in interleaved blocks (``judge.paired.judge_ab``);
-- ``bound``: a same-run invariant such as "buffer >= 1.05 x torch" (``judge.paired.judge_invariant``).
+- ``paired`` / ``group``: a contrast, candidate against reference measured in interleaved blocks on one engine or
+  in fresh instance groups of separate launches (``judge.paired.judge_contrast``);
+- ``bound``: a same-run invariant of the CPU tier such as "buffer >= 1.05 x torch", per round
+  (``judge.paired.judge_invariant``).
 
 A scenario's gating metrics (``judge.gating``) share one family-wise alpha (``decide.gate_alpha``); its other
 judged metrics are report-only rows that still say what their judgement would have been.
@@ -24,7 +26,7 @@ from engine_fixtures.judge.decide import ALPHA, BETA, decide_history, gate_alpha
 from engine_fixtures.judge.gating import GPU_BOUND_UTIL, arm_of, gating
 from engine_fixtures.judge.metrics import GPU_BOUND, Metric, metric
 from engine_fixtures.judge.noise import MIN_RUNS, NoiseModel
-from engine_fixtures.judge.paired import judge_ab, judge_invariant
+from engine_fixtures.judge.paired import judge_contrast, judge_invariant
 from engine_fixtures.judge.rows import (
     STATUSES,
     VERDICTS,
@@ -41,7 +43,7 @@ from engine_fixtures.judge.rows import (
 )
 
 __all__ = ["GPU_BOUND_UTIL", "STATUSES", "VERDICTS", "Kind", "PooledRuns", "Status", "Verdict", "diagnostic",
-           "judge_ab", "judge_invariant", "judge_metric", "judge_result", "worse_change"]
+           "judge_contrast", "judge_invariant", "judge_metric", "judge_result", "worse_change"]
 
 SHARE_PREFIX = "cpu_share_of_quota."
 ZERO_SUM = ("under a binding quota the roles' shares are zero-sum: a starved role reads as an improvement and its "

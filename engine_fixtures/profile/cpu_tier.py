@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from engine_fixtures.cpu_tier.rig import Rig
-from engine_fixtures.judge.verdicts import judge_invariant
+from engine_fixtures.judge.paired import judge_rounds
 from engine_fixtures.profile import record, store
 from engine_fixtures.profile.diff import differential
 from engine_fixtures.profile.engine import ProfileSettings
@@ -65,11 +65,10 @@ def after_verdicts(scenario, settings, judge, book: ProfileBook,  # type: ignore
         by = {a.id: r for a, r in zip(scenario.arms, results, strict=True)}
         alpha = float(results[0].metadata.get("alpha_per_look", 0.01))
         status = {a.id: {v.status for v in judge(by[a.id], alpha)} for a in scenario.judged_arms}
-        inv_status = {inv.label: judge_invariant(inv.label, inv.metric, by[inv.reference].samples[inv.metric],
-                                                 by[inv.candidate].samples[inv.metric], inv.bound,
-                                                 paired=inv.paired, alpha=alpha).status
-                      for inv in scenario.invariants}
-        for inv in scenario.invariants:  # an invariant's verdict is its arms' too
+        inv_status = {c.label: next((s for s in ("regression", "inconclusive") if any(
+            v.status == s for v in judge_rounds(c.label, c.metrics, by[c.reference].samples, by[c.candidate].samples,
+                                                c.bound, alpha))), "pass") for c in scenario.contrasts}
+        for inv in scenario.contrasts:  # a contrast's verdict is its arms' too
             for arm_id in (inv.reference, inv.candidate):
                 status.setdefault(arm_id, set()).add(inv_status[inv.label])
         taken: dict[str, RoleProfiles] = {}
@@ -82,7 +81,7 @@ def after_verdicts(scenario, settings, judge, book: ProfileBook,  # type: ignore
         def add(keys: Iterable[str], title: str, cand: RoleProfiles, ref: RoleProfiles) -> None:
             book.add(keys, title, differential(cand, ref), (*cand.notes, *ref.notes))
 
-        for inv in scenario.invariants:
+        for inv in scenario.contrasts:
             if ps.wanted({inv_status[inv.label]}):
                 cand = prof(inv.candidate, rigs[inv.candidate], inv.candidate)
                 ref = prof(inv.reference, rigs[inv.reference], inv.reference)

@@ -1,16 +1,14 @@
-"""Scenarios: what the tests declare (arms, workloads, invariants) and the loops that measure them until decided.
+"""Scenarios: what the tests declare, and the one runner that measures it until decided (no pytest).
 
-- ``invariants.Invariant`` / ``CounterBound``: a same-run relation between two measured arms ("buffer >= torch")
-  or a count's bound on one arm.
-- ``cpu_tier.CpuTierScenario``: the CPU tier's interleaved arm set with its control arm and invariants;
-  ``cpu_tier.measure`` runs it.
-- ``engine.EngineScenario``: one GPU-tier launch (an ``EngineSpec`` recipe plus its workload and key).
-- ``live.LiveGroup`` (``Arm``, ``Contrast``): one engine, its arms switched live; ``live_runs`` measures it.
-- ``groups.EngineGroup`` (``Member``): launches that cannot switch live (transports, builds: the A/B), alive at once;
-  ``groups.measure_group`` measures fresh instance groups of them.
-- ``load.SessionLoad``: the session's client, window plan and first light; ``segment``: back-to-back windows cut
-  from one load segment; ``timeline``: where an arm's wall time went.
-- ``pooled``: ``measure_history`` (windows until the verdicts against this host's pool are decided) and
-  ``engine_result`` (an engine's windows as a ``RunResult``, for every GPU runner).
-- ``ab_study``, ``window_study``, ``rate_study``: the H200 studies behind the A/B and window-length defaults.
+- ``group``: the one declaration of the GPU tier, ``Group`` (``Arm``, ``Contrast``, ``CounterBound``): arms switched
+  live on one launch, or launches of their own (the transport, the A/B of two builds); ``engine.EngineScenario``: one
+  launch (an ``EngineSpec`` recipe plus its workload and storage key).
+- ``blocks_run``: the one measuring loop (mirrored blocks; the unit a block on one engine, a fresh instance group
+  across launches), the one verdict builder and the one stopping rule.
+- ``runner.GroupRunner``: starts the engines, serves and proves every visit, profiles, and returns what it measured;
+  ``results``: an arm's windows as a ``RunResult`` and the budget a group is measured in.
+- ``load.SessionLoad``: the session's client and first light; ``segment``: back-to-back windows cut from one load
+  segment; ``timeline``: where an arm's wall time went; ``figures``: the seed's figures as measured rows.
+- ``cpu_tier.CpuTierScenario``: the CPU tier's interleaved arm set with its control arm and ``Contrast``s, judged per
+  round; ``cpu_tier.measure`` runs it.
 """

@@ -1,8 +1,10 @@
-"""``CpuTierScenario``: the CPU tier's arm set, measured interleaved in one run, with its control arm and invariants.
+"""``CpuTierScenario``: the CPU tier's arm set, measured interleaved in one run, with its control arm and contrasts.
 
 ``measure(scenario, settings, judge)`` runs every arm through ``cpu_tier.driver.run_arms`` and keeps adding
 rounds (``--perf-repeats`` first, then the same again, up to ``--perf-max-repeats``) while any arm's
-verdict against its baseline (``judge(result, alpha)``) or any invariant is inconclusive. It returns the
+verdict against its baseline (``judge(result, alpha)``) or any contrast is inconclusive. A contrast is the GPU
+tier's ``Contrast`` (``scenarios.group``) between two arms' ids, judged per round (a round is half a mirrored block,
+``judge.paired.judge_rounds``). It returns the
 results by arm id. The control arm's own numbers are the machine's speed: they are recorded as diagnostics,
 and every other arm also carries ``rel.*`` metrics over the control's in the same round.
 """
@@ -14,10 +16,11 @@ from dataclasses import dataclass
 
 from engine_fixtures.cpu_tier.arms import CpuTierArm
 from engine_fixtures.cpu_tier.driver import After, run_arms
+from engine_fixtures.judge.paired import judge_rounds
 from engine_fixtures.judge.sequential import Budget
-from engine_fixtures.judge.verdicts import Verdict, judge_invariant
+from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.options import Settings
-from engine_fixtures.scenarios.invariants import Invariant
+from engine_fixtures.scenarios.group import Contrast
 from engine_fixtures.store.results import RunResult
 
 Judge = Callable[[RunResult, float], Sequence[Verdict]]
@@ -28,7 +31,7 @@ class CpuTierScenario:
     name: str
     arms: tuple[CpuTierArm, ...]
     control: CpuTierArm | None = None
-    invariants: tuple[Invariant, ...] = ()
+    contrasts: tuple[Contrast, ...] = ()
     warmup: int = 2
     requests: int = 48
 
@@ -37,27 +40,23 @@ class CpuTierScenario:
         return tuple(a for a in self.arms if a != self.control)
 
 
-def budget_of(settings: Settings) -> Budget:
-    return Budget(settings.repeats, settings.repeats, max(settings.max_repeats, settings.repeats))
-
-
 def open_cells(scenario: CpuTierScenario, results: Sequence[RunResult], judge: Judge, alpha: float) -> list[str]:
-    """The (arm, metric) cells and invariants that are still inconclusive."""
+    """The (arm, metric) cells and contrasts that are still inconclusive."""
     by = {a.id: r for a, r in zip(scenario.arms, results, strict=True)}
     cells = [f"{arm.id}:{v.metric}" for arm in scenario.judged_arms for v in judge(by[arm.id], alpha)
              if v.status == "inconclusive"]
-    for inv in scenario.invariants:
-        ref, cur = by[inv.reference].samples[inv.metric], by[inv.candidate].samples[inv.metric]
-        if judge_invariant(inv.label, inv.metric, ref, cur, inv.bound, paired=inv.paired,
-                           alpha=alpha).status == "inconclusive":
-            cells.append(inv.label)
+    for c in scenario.contrasts:
+        rows = judge_rounds(c.label, c.metrics, by[c.reference].samples, by[c.candidate].samples, c.bound, alpha)
+        if any(v.status == "inconclusive" for v in rows):
+            cells.append(c.label)
     return cells
 
 
 def measure(scenario: CpuTierScenario, settings: Settings, judge: Judge,
             after: After | None = None) -> dict[str, RunResult]:
     """``after``: ``run_arms``' hook once the rounds are decided (the profiler's dedicated rounds)."""
-    results = run_arms(scenario.arms, budget_of(settings), scenario.warmup, scenario.requests,
+    budget = Budget.repeated(settings.repeats, settings.max_repeats)
+    results = run_arms(scenario.arms, budget, scenario.warmup, scenario.requests,
                        control=scenario.control, injection=settings.inject,
                        undecided=lambda rs, alpha: open_cells(scenario, rs, judge, alpha), after=after)
     return {a.id: r for a, r in zip(scenario.arms, results, strict=True)}

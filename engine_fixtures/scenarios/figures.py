@@ -31,19 +31,19 @@ from engine_fixtures.judge.levels import (
     requests_per_window,
 )
 from engine_fixtures.judge.metrics import is_known, metric
-from engine_fixtures.scenarios.live import LiveGroup
+from engine_fixtures.scenarios.group import Group
 
-WindowsOf = Callable[[LiveGroup, str], Sequence[Window]]
+WindowsOf = Callable[[Group, str], Sequence[Window]]
 
 
 @dataclass(frozen=True)
 class Point:
     series: str
     x: float
-    group: LiveGroup
+    group: Group
     arm: str
     seed: float | None = None  # the seed's published value of this point (None: the seed has none)
-    minus: tuple[LiveGroup, str] | None = None  # a gap: this arm's level minus that arm's
+    minus: tuple[Group, str] | None = None  # a gap: this arm's level minus that arm's
 
     def __post_init__(self) -> None:
         self.group.arm(self.arm)  # a ConfigError naming the group's arms
@@ -92,8 +92,8 @@ class SeedFigure:
         if self.draw not in ("lines", "bars"):
             raise ConfigError(f"seed figure {self.id}: draw 'lines' or 'bars', not {self.draw!r}")
 
-    def groups(self) -> list[LiveGroup]:
-        out: list[LiveGroup] = []
+    def groups(self) -> list[Group]:
+        out: list[Group] = []
         for p in self.points:
             for g in (p.group, *((p.minus[0],) if p.minus else ())):
                 if g not in out:

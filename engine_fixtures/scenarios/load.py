@@ -1,17 +1,14 @@
 """``SessionLoad``: the session's load, one long-lived client (``loadgen.stream.LoadStream``) on its own CPUs, the
-window plan from the settings, and which engine instances it has warmed.
+settings, and which engine instances it has warmed.
 
-``windows(engine, scenario, n, timeline)``: one load segment of ``n`` back-to-back windows of ``--perf-window-s``
-(``scenarios.segment``); ``first_light(engine, workload, timeline)``: load a fresh engine until it completes a full
-concurrency, so that no measured window meets its kernel compilation. Every GPU runner (live arms, groups of engines,
-per-arm launches) and the A/B study measure through it.
+``first_light(engine, workload, timeline)``: load a fresh engine until it completes a full concurrency, so that no
+measured window meets its kernel compilation. The runner (``scenarios.runner``) and the A/B study measure through it.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.errors import MeasurementError
@@ -19,11 +16,8 @@ from engine_fixtures.isolation.pinning import CpuSplit
 from engine_fixtures.loadgen.stream import LoadStream
 from engine_fixtures.loadgen.workload import WorkloadSpec
 from engine_fixtures.options import Settings
-from engine_fixtures.scenarios.engine import EngineScenario
-from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
 
-FIRST_WARMUP_FACTOR = 3.0  # an engine instance's first segment warms up longer (JIT, allocator, first batches)
 FIRST_LIGHT_S = 5.0  # one probe segment of load on a fresh engine
 FIRST_LIGHT_DEADLINE_S = 180.0  # a fresh engine that cannot complete a full concurrency by then is an error
 
@@ -37,15 +31,6 @@ class SessionLoad:
     settings: Settings
     split: CpuSplit = field(default_factory=lambda: CpuSplit(None, None))
     warmed: set[str] = field(default_factory=set)
-
-    def windows(self, engine: EngineHandle, scenario: EngineScenario, n: int, timeline: Timeline,
-                requests: list[dict[str, Any]] | None = None) -> list[dict[str, float]]:
-        first = engine.instance not in self.warmed
-        warmup = self.settings.warmup_s * (FIRST_WARMUP_FACTOR if first else 1.0)
-        plan = SegmentPlan(scenario.workload(), n, self.settings.window_s, warmup, self.settings.sample_hz)
-        out = measure_segment(engine, self.stream, plan, timeline, engine.instance, requests=requests)
-        self.warmed.add(engine.instance)
-        return out
 
     def first_light(self, engine: EngineHandle, workload: WorkloadSpec, timeline: Timeline) -> None:
         """Load a fresh engine until one probe segment completes as many requests as the concurrency: its first

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine_fixtures.engine.build import EngineBuild
 from engine_fixtures.options import OPTIONS_BY_NAME, Settings, display
 from engine_fixtures.quota import QuotaSetting
 
@@ -26,6 +27,9 @@ MARKERS: dict[str, str] = {
     "nightly seed matrix deselects it (-m 'not smoke').",
     "weekly": "the GPU tier's weekly step: the seed's figures as measured rows and the transport group "
     "(tox -e perf-gpu-weekly); the nightly deselects it (-m 'not weekly').",
+    "ab": "the A/B of two builds: with --perf-reference BUILD, perf_gpu_tier(scenario) measures that build against "
+    "--perf-candidate as a group of two launches; skipped without it, while every other measured test is skipped "
+    "with it (they judge one build and cannot honour an A/B).",
 }
 
 # A test with one of these measures: it never runs under xdist, and its run takes the machine lock first.
@@ -43,7 +47,9 @@ MARKER_KWARGS: dict[str, frozenset[str]] = {
     "soak": frozenset(),
     "smoke": frozenset(),
     "weekly": frozenset(),
+    "ab": frozenset(),
 }
+AB_KEY = pytest.StashKey[tuple[EngineBuild, EngineBuild]]()  # an ab test's (reference, candidate), at collection
 
 
 def is_measured(item: pytest.Item) -> bool:
@@ -53,6 +59,24 @@ def is_measured(item: pytest.Item) -> bool:
 def measured(items: list[pytest.Item]) -> list[pytest.Item]:
     """The measured tests of a collection that are not skipped at collection: what makes a session measure."""
     return [i for i in items if is_measured(i) and i.get_closest_marker("skip") is None]
+
+
+def resolve_reference(item: pytest.Item, settings: Settings) -> str | None:
+    """``--perf-reference``, resolved once per test at collection: an ``ab`` test gets the two builds in its stash
+    (``AB_KEY``, read by ``perf_gpu_tier``); the reason to skip a test that cannot take it, or an ``ab`` test without
+    it."""
+    is_ab = item.get_closest_marker("ab") is not None
+    if settings.reference is None:
+        return ("an A/B of two builds needs --perf-reference BUILD (e.g. installed for a null A/B that records this "
+                "host's A/A history, or 'sglang==0.5.16' in a venv)") if is_ab else None
+    if is_ab:
+        item.stash[AB_KEY] = (settings.reference, settings.candidate)
+        return None
+    if is_measured(item):
+        return (f"--perf-reference {display(settings.reference)} asks for an A/B of two builds; this "
+                "test judges one build (its contrasts, this host's pool) and cannot honour it: only tests marked ab "
+                "run with it")
+    return None
 
 
 def scale_skip_reason(item: pytest.Item, scale: str) -> str | None:

@@ -15,8 +15,9 @@
    the file and the fix: only that row fails, the scenario's other rows and invariants still decide.
 ``perf_record.verdicts(result)`` judges without recording (the sequential runners use it to decide when to
 stop). ``perf_record.diagnostic(result, why)`` records a result as report-only rows (a control arm whose
-numbers measure the machine). ``perf_invariant(label, metric, reference, current, bound, paired=True)``
-judges a same-run invariant and raises ``InvariantViolated`` when it is violated.
+numbers measure the machine). ``perf_invariant(label, metric, reference, current, bound)`` judges a same-run
+invariant, per round, and raises ``InvariantViolated`` when it is violated; ``perf_invariant.check(contrast)`` a
+declared ``Contrast`` of the CPU tier's arms from the session's results.
 """
 
 from __future__ import annotations
@@ -119,11 +120,27 @@ class PerfRecorder:
         verdicts = self.verdicts(result)
         path = self.session.store.path_for(result.scenario)
         self.session.record(self.item.nodeid, result, verdicts, path if isinstance(base, Baseline) else None)
-        self.sections_for(result.scenario, result.arm, verdicts, f"baseline {path}")
-        missing = base.reason if isinstance(base, MissingBaseline) else None
-        conclude(result.scenario, verdicts, self.session.settings.strict, missing,
-                 profile=self.session.profiles.failure_text([result.scenario]), unreadable=unreadable_of(base))
+        self.finish(result.scenario, result.arm, verdicts, f"baseline {path}", kind="pool", pool=base,
+                    profile=self.session.profiles.failure_text([result.scenario]))
         return verdicts
+
+    def finish(self, scenario: str, arm: object, verdicts: Sequence[Verdict], where: str, *, kind: str,
+               pool: Baseline | MissingBaseline | None = None, label: str = "", profile: str = "") -> None:
+        """The one way a test ends by its rows: rows with no arm of their own (``kind`` "contrast" or "rows": a
+        contrast's, a figure's) are recorded here (a result's own rows were recorded with it), the table is attached
+        as a report section, and the test ends by them: ``conclude`` for rows against a pool, ``conclude_contrast``
+        for a contrast's; a figure's rows are report-only and end nothing."""
+        __tracebackhide__ = True
+        if kind != "pool":
+            for v in verdicts:
+                self.session.record_invariant(self.item.nodeid, scenario, v)
+        self.sections_for(scenario, arm, verdicts, where)
+        if kind == "contrast":
+            conclude_contrast(label or scenario, verdicts, self.session.settings.strict, profile)
+        elif kind == "pool":
+            missing = pool.reason if isinstance(pool, MissingBaseline) else None
+            conclude(scenario, verdicts, self.session.settings.strict, missing, profile=profile,
+                     unreadable=unreadable_of(pool) if pool is not None else None)
 
     def diagnostic(self, result: RunResult, why: str) -> list[Verdict]:
         """Record ``result`` as report-only rows (e.g. a control arm: its numbers are the machine's speed)."""
@@ -135,17 +152,14 @@ class PerfRecorder:
         return verdicts
 
     def invariant(self, label: str, metric_name: str, reference: RunResult | Sequence[float],
-                  current: RunResult | Sequence[float], bound: float, paired: bool = True,
-                  alpha: float | None = None) -> Verdict:
+                  current: RunResult | Sequence[float], bound: float, alpha: float | None = None) -> Verdict:
         __tracebackhide__ = True
         ref = _samples(reference, metric_name)
         cur = _samples(current, metric_name)
         if alpha is None:
             alphas = [alpha_of(x) for x in (reference, current) if isinstance(x, RunResult)]
             alpha = min(alphas) if alphas else ALPHA
-        verdict = judge_invariant(label, metric_name, ref, cur, bound, paired=paired, alpha=alpha,
-                                  reference_instances=None if paired else _instances(reference, metric_name),
-                                  current_instances=None if paired else _instances(current, metric_name))
+        verdict = judge_invariant(label, metric_name, ref, cur, bound, alpha=alpha)
         scenario = current.scenario if isinstance(current, RunResult) else self.item.nodeid
         arms = tuple(dict.fromkeys(x.scenario for x in (current, reference) if isinstance(x, RunResult)))
         self.session.record_invariant(self.item.nodeid, scenario, verdict, arms, expects_violation(self.item))
@@ -173,16 +187,6 @@ def _samples(x: RunResult | Sequence[float], name: str) -> Sequence[float]:
 
 
 INSTANCE_KEY = "window_instance"  # RunResult.metadata: the engine instance (an id) that served each window
-
-
-def _instances(x: RunResult | Sequence[float], name: str) -> Sequence[str] | None:
-    """The engine instance of each sample of ``name`` (``metadata["window_instance"]`` at the sample's window,
-    ``RunResult.aligned``); None (one instance) for results recorded before the runner named them, or when the ids
-    do not line up with the samples."""
-    if not isinstance(x, RunResult):
-        return None
-    ids = x.aligned(INSTANCE_KEY, name)
-    return None if ids is None else [str(i) for i in ids]
 
 
 def _inconclusive(strict: bool, text: str) -> None:
@@ -256,12 +260,15 @@ class InvariantJudge:
         __tracebackhide__ = True
         return self.recorder.invariant(*args, **kwargs)
 
-    def check(self, inv: Any) -> Verdict:
+    def check(self, declared: Any) -> Verdict:
+        """A ``Contrast`` of the CPU tier's arms (each of its metrics per round; the last row is returned) or a
+        ``CounterBound``."""
         __tracebackhide__ = True
-        if hasattr(inv, "limit"):
-            return self.counter(inv)
-        ref, cur = self.results.get(inv.reference), self.results.get(inv.candidate)
-        return self.recorder.invariant(inv.label, inv.metric, ref, cur, inv.bound, paired=inv.paired)
+        if hasattr(declared, "limit"):
+            return self.counter(declared)
+        ref, cur = self.results.get(declared.reference), self.results.get(declared.candidate)
+        rows = [self.recorder.invariant(declared.label, m, ref, cur, declared.bound) for m in declared.metrics]
+        return rows[-1]
 
     def counter(self, bound: Any) -> Verdict:
         """A ``CounterBound``: every value of the arm's metric at or below the limit, or its peak at or above it

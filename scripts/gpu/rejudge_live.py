@@ -5,7 +5,7 @@
 MODULE names the test module that declares the group (e.g. perf_tests.sglang.gpu_tier.seed_matrix) and GROUP its
 attribute (CPU, IPC). Each arm's windows come back from its result (``RunResult.block_windows``), arms with
 ``threads="quota"`` are resolved for a quota of N cores (the run's; default 4, the H200's), and every contrast is
-judged by ``scenarios.live_runs.contrast_verdicts`` at the run's own per-look alpha and budget.
+judged by ``scenarios.blocks_run.contrast_verdicts`` at the run's own per-look alpha and budget.
 Nothing is measured. Used for the H200 nightly of 2026-12-03, whose capped-thread contrast was measured but whose
 test lost its verdicts to a bug fixed since (docs/results/h200-nightly-2026-12-03).
 """
@@ -16,7 +16,7 @@ import argparse
 import importlib
 from pathlib import Path
 
-from engine_fixtures.scenarios.live_runs import contrast_verdicts
+from engine_fixtures.scenarios.blocks_run import Judging, contrast_verdicts
 from engine_fixtures.store.results import ResultsFile
 
 
@@ -39,7 +39,8 @@ def main() -> None:
     print(f"{group.id}: {meta['blocks']} blocks, alpha per look {meta['alpha_per_look']}, "
           f"budget {meta['budget_blocks']}")
     for c in group.contrasts:
-        for v in contrast_verdicts(group, c, windows, budget=meta["budget_blocks"], alpha=meta["alpha_per_look"]):
+        blocks = range(int(meta["blocks"]))  # one engine: each block is its own unit
+        for v in contrast_verdicts(group, c, windows, blocks, Judging(meta["alpha_per_look"], meta["budget_blocks"])):
             catches = "-" if v.detectable is None else f"{v.detectable:.3g}"
             print(f"| {c.label} | {v.metric} | {v.change_text(v.delta)} | {catches} | {v.windows} | {v.status} |")
             print(f"    {v.message}")

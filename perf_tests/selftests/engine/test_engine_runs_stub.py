@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from engine_fixtures.engine.build import EngineBuild
 from engine_fixtures.engine.factory import EngineFactory
 from engine_fixtures.engine.group import start_group
 from engine_fixtures.engine.running import running_requests
@@ -21,12 +20,16 @@ from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.loadgen.stream import LoadStream
 from engine_fixtures.model.modeldir import write_model_dir
 from engine_fixtures.options import Settings
+from engine_fixtures.profile.report import ProfileBook
+from engine_fixtures.quota import QuotaSetting
+from engine_fixtures.scenarios.blocks_run import Judging, contrast_verdicts, measure, open_cells
 from engine_fixtures.scenarios.engine import EngineScenario
-from engine_fixtures.scenarios.groups import ab_group, group_verdicts, measure_group
+from engine_fixtures.scenarios.group import Arm, Contrast, Group
 from engine_fixtures.scenarios.load import SessionLoad
-from engine_fixtures.scenarios.pooled import measure_history
+from engine_fixtures.scenarios.runner import GroupRunner, RunnerEnv
 from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
+from engine_fixtures.store.null_history import NullHistory
 
 STUB = ("-m", "engine_fixtures.testing.stub_engine")
 SCENARIO = EngineScenario("stub", concurrency=4, output_tokens=16)
@@ -101,22 +104,29 @@ def test_a_window_yields_every_engine_metric(model: Path, factory: EngineFactory
     assert "cpu_s_per_request.total" not in w
 
 
-def test_history_loop_measures_more_while_undecided(model: Path, factory: EngineFactory,
-                                                    stream: LoadStream) -> None:
-    """Two segments of two windows on the stub with the plugin loaded: the running requests are the scheduler's own
-    count (a batch of all C requests), one value per segment on its first window (a visit is their unit)."""
-    engine = factory.get(stub(model, 2.0, proof=True))
+def test_a_launch_alone_is_measured_until_its_pool_verdicts_decide(model: Path, factory: EngineFactory,
+                                                                   stream: LoadStream, tmp_path: Path) -> None:
+    """The one runner on one launch (``Group.launch``): two segments of two windows on the stub with the plugin
+    loaded, the second because the first look's pool verdict was undecided; the running requests are the scheduler's
+    own count (a batch of all C requests), one value per segment on its first window (a visit is their unit)."""
     looks: list[int] = []
 
-    def judge(result, alpha):  # type: ignore[no-untyped-def]
+    def judge(result):  # type: ignore[no-untyped-def]
         looks.append(len(result.samples["requests_per_s"]))
         status = "inconclusive" if len(looks) < 2 else "pass"
         return [Verdict("requests_per_s", status, "history", 1.0, 1.0, 0.0, None, 3, 3, "", "log")]
 
-    settings = Settings(repeats=2, max_repeats=6, window_s=0.5, warmup_s=0.2)
-    result = measure_history(engine, SCENARIO, settings, judge, load(stream, settings).windows, Timeline())
-    assert looks == [2, 4]
-    assert result.metadata["windows"] == 4
+    settings = Settings(repeats=2, max_repeats=6, window_s=0.5, warmup_s=0.2, cpu_quota=QuotaSetting.parse("none"))
+    # the launch arm is proved before the engine is left: the buffer copy, which the stub's SHM copies then run
+    launch = EngineScenario("stub", concurrency=4, output_tokens=16, copy="buffer", proof=True,
+                            launcher=(*STUB, "--stub-image-kb", "16"))
+    env = RunnerEnv(factory, load(stream, settings), settings, model, None, judge, ProfileBook(),
+                    lambda key: tmp_path / f"{key}.json", NullHistory(tmp_path, "m", None), "test#0")
+    measured = GroupRunner(env).measure(Group.launch(launch))
+    result = measured.results["stub"]
+    engine = factory.live()[0]
+    assert looks == [2, 4, 4]  # two looks, then the final verdicts of the 4 windows
+    assert result.metadata["blocks"] == 4  # a block of one arm is one window
     assert result.metadata["window_instance"] == [engine.instance] * 4
     for name in PER_SEGMENT:
         assert result.windows_of(name) == (0, 2), name
@@ -129,10 +139,12 @@ def test_history_loop_measures_more_while_undecided(model: Path, factory: Engine
     assert 0 < summary["measured_share_after_ready"] <= 1
     assert result.metadata["window_requests"] > 0
     assert result.metadata["alpha_per_look"] == pytest.approx(0.01 / 3)
-    assert result.scenario.startswith("engine/transport=cpu/tp=1/pp=1/copy=stock/model=qwen-tiny/c=4")
+    assert result.scenario.startswith("engine/transport=cpu/tp=1/pp=1/copy=buffer/model=qwen-tiny/c=4")
 
 
-AB = ab_group(SCENARIO, EngineBuild(), EngineBuild(), ("requests_per_s", "ttft_p50_ms", "tpot_gmean_ms"))
+AB = Group("ab", arms=(Arm("reference", launch=SCENARIO), Arm("candidate", launch=SCENARIO)),
+           contrasts=(Contrast("candidate vs reference", "reference", "candidate", 1.0,
+                               ("requests_per_s", "ttft_p50_ms", "tpot_gmean_ms"), report=()),))
 (CONTRAST,) = AB.contrasts
 
 
@@ -155,18 +167,18 @@ def run_ab(factory: EngineFactory, model: Path, stream: LoadStream, settings: Se
         live.update(reference=ref, candidate=cand)
         starts.append([ref.instance, cand.instance])
 
-    def visit(g: int, who: str, n: int) -> list[dict[str, float]]:
-        return load(stream, settings).windows(live[who], SCENARIO, n, Timeline())
+    def visit(arm: Arm, n: int, _unit: int) -> list[dict[str, float]]:
+        plan = SegmentPlan(SCENARIO.workload(), n, settings.window_s, settings.warmup_s)
+        return measure_segment(live[arm.name], stream, plan, Timeline())  # type: ignore[arg-type]
 
     def undecided(windows, block_unit, alpha):  # type: ignore[no-untyped-def]
-        return [v.metric for v in group_verdicts(AB, CONTRAST, windows, block_unit, budget=2 * instances, alpha=alpha,
-                                                 null_for=lambda _m: null) if v.status == "inconclusive"]
+        return open_cells(AB, windows, block_unit, Judging(alpha, 2 * instances, null_for=lambda _m: null))
 
-    run = measure_group(["reference", "candidate"], start, visit, Budget(instances, 1, most or instances),
-                        settings.ab_blocks, undecided)
-    verdicts = {v.metric: v for v in group_verdicts(AB, CONTRAST, run.windows, run.block_unit,
-                                                    budget=run.budget_units, alpha=run.alpha_per_look,
-                                                    null_for=lambda _m: null)}
+    run = measure(AB, Budget(instances, 1, most or instances), visit, undecided, start=start,
+                  blocks_per_unit=settings.ab_blocks)
+    verdicts = {v.metric: v for v in contrast_verdicts(AB, CONTRAST, run.windows, run.block_unit,
+                                                       Judging(run.alpha_per_look, run.budget_units,
+                                                               null_for=lambda _m: null))}
     return run, verdicts, live
 
 
@@ -179,7 +191,7 @@ def test_ab_catches_a_slower_build_and_passes_an_identical_one(model: Path, fact
     assert by["tpot_gmean_ms"].status == "regression"
     assert by["tpot_gmean_ms"].delta == pytest.approx(0.5, abs=0.2)
     assert "95% CI" in by["tpot_gmean_ms"].message
-    assert by["tpot_gmean_ms"].windows == run.instances == 1  # one mean per fresh pair, not one per block
+    assert by["tpot_gmean_ms"].windows == run.units == 1  # one mean per fresh pair, not one per block
     # An identical build, measured as the runner measures (--perf-ab-instances 1, --perf-ab-max-instances 3): a pair
     # that a hiccup of the shared 2-core box put 3-4 % apart (1 run in 20 or so: sd 1-2 % per pair, heavy-tailed)
     # is inconclusive at the first look, and the next pair decides it.
@@ -197,7 +209,7 @@ def test_an_instance_offset_is_inside_the_interval_never_a_pass(model: Path, fac
     settings = Settings(window_s=0.3, warmup_s=0.1, ab_blocks=1)
     run, by, _ = run_ab(factory, model, stream, settings, 4.0, 4.0, instances=2, offsets=(0.0, 1.0))
     tpot = by["tpot_gmean_ms"]
-    assert tpot.windows == run.instances
+    assert tpot.windows == run.units
     assert tpot.status == "inconclusive"
     assert "t with" in tpot.message
 

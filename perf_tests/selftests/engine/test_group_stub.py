@@ -16,28 +16,28 @@ pytest_plugins = ("pytester",)
 
 TEST_FILE = """
 import pytest
-from engine_fixtures import Contrast, EngineGroup, EngineScenario, Member
+from engine_fixtures import Arm, Contrast, EngineScenario, Group
 from engine_fixtures.errors import InvariantViolated
 
 def stub(ms):
     return ("-m", "engine_fixtures.testing.stub_engine", "--stub-token-ms", str(ms))
 
 METRICS = ("tpot_gmean_ms",)
-GROUP = EngineGroup("stub", members=(
-    Member("fast", EngineScenario("fast", concurrency=2, output_tokens=8, launcher=stub(2), proof=False)),
-    Member("slow", EngineScenario("slow", concurrency=2, output_tokens=8, launcher=stub(6), proof=False))),
+GROUP = Group("stub", arms=(
+    Arm("fast", launch=EngineScenario("fast", concurrency=2, output_tokens=8, launcher=stub(2), proof=False)),
+    Arm("slow", launch=EngineScenario("slow", concurrency=2, output_tokens=8, launcher=stub(6), proof=False))),
     contrasts=(Contrast("slow >= 0.9x fast", "fast", "slow", 0.9, METRICS),
                Contrast("fast >= slow", "slow", "fast", 1.0, METRICS)))
 
 @pytest.mark.perf
-def test_fast_holds(perf_group):
-    (row,) = perf_group.check(GROUP, "fast >= slow")
+def test_fast_holds(perf_gpu_tier):
+    (row,) = perf_gpu_tier.check(GROUP, "fast >= slow")
     assert "over 1 fresh engine group(s), variance pooled with 6 null pair(s) of this host's A/A history" in row.message
 
 @pytest.mark.perf
 @pytest.mark.xfail(raises=InvariantViolated, strict=True, reason="the slow stub takes 3x the token time")
-def test_slow_is_caught(perf_group):
-    perf_group.check(GROUP, "slow >= 0.9x fast")
+def test_slow_is_caught(perf_gpu_tier):
+    perf_gpu_tier.check(GROUP, "slow >= 0.9x fast")
 """
 
 

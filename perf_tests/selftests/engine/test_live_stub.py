@@ -14,44 +14,43 @@ pytest_plugins = ("pytester",)
 
 TEST_FILE = """
 import pytest
-from engine_fixtures import Arm, Contrast, EngineScenario, LiveGroup
+from engine_fixtures import Arm, Contrast, EngineScenario, Group, Point, SeedFigure, Shape
 from engine_fixtures.errors import InvariantViolated
-from engine_fixtures.scenarios.figures import Point, SeedFigure, Shape
 
 STUB = ("-m", "engine_fixtures.testing.stub_engine", "--stub-image-kb", "16", "--stub-torch-copy-ms", "25")
 METRICS = ("requests_per_s", "ttft_p50_ms")
-GROUP = LiveGroup("stub", EngineScenario("stub", concurrency=2, output_tokens=8, launcher=STUB, copy="buffer"),
-                  arms=(Arm("buffer", copy="buffer"), Arm("torch", copy="torch"),
-                        Arm("buffer-c1", copy="buffer", concurrency=1, blocks=2)),
-                  contrasts=(Contrast("buffer >= torch", "torch", "buffer", metrics=METRICS),
-                             Contrast("torch >= buffer", "buffer", "torch", metrics=METRICS)))
+GROUP = Group("stub", EngineScenario("stub", concurrency=2, output_tokens=8, launcher=STUB, copy="buffer"),
+              arms=(Arm("buffer", copy="buffer"), Arm("torch", copy="torch"),
+                    Arm("buffer-c1", copy="buffer", concurrency=1, blocks=2)),
+              contrasts=(Contrast("buffer >= torch", "torch", "buffer", metrics=METRICS),
+                         Contrast("torch >= buffer", "buffer", "torch", metrics=METRICS)))
 FIGURE = SeedFigure("stub-c", "stub throughput against concurrency", "requests_per_s",
                     (Point("buffer", 1, GROUP, "buffer-c1", 1.0), Point("buffer", 2, GROUP, "buffer", 2.0)),
                     (Shape("buffer scales from C=1 to C=2", ("buffer", 2), ("buffer", 1), 1.2),))
 
 
 @pytest.mark.perf
-def test_buffer_beats_torch(perf_live):
-    rows = perf_live.check(GROUP, "buffer >= torch")
+def test_buffer_beats_torch(perf_gpu_tier):
+    rows = perf_gpu_tier.check(GROUP, "buffer >= torch")
     assert {r.metric for r in rows} == set(METRICS)
     assert all(r.status == "pass" and r.detectable is not None for r in rows)
 
 
 @pytest.mark.perf
 @pytest.mark.xfail(raises=InvariantViolated, strict=True, reason="the stub's torch copy is 25 ms slower")
-def test_torch_does_not_beat_buffer(perf_live):
-    perf_live.check(GROUP, "torch >= buffer")
+def test_torch_does_not_beat_buffer(perf_gpu_tier):
+    perf_gpu_tier.check(GROUP, "torch >= buffer")
 
 
 @pytest.mark.perf
 @pytest.mark.parametrize("arm", ["buffer", "torch"])
-def test_arm_pool(perf_live, arm):
-    perf_live.arm(GROUP, arm)
+def test_arm_pool(perf_gpu_tier, arm):
+    perf_gpu_tier.arm(GROUP, arm)
 
 
-def test_seed_figure(perf_live):
-    result = perf_live.figure(FIGURE)
-    assert [lv.blocks for lv in result.levels] == [2, perf_live.measure(GROUP).blocks]
+def test_seed_figure(perf_gpu_tier):
+    result = perf_gpu_tier.figure(FIGURE)
+    assert [lv.blocks for lv in result.levels] == [2, perf_gpu_tier.measure(GROUP).run.blocks]
     assert result.shapes[0].status in ("reproduced", "undecided", "not reproduced")
 """
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from engine_fixtures import CounterBound
 from engine_fixtures.engine.proof import ArmProof
 from engine_fixtures.engine.running import batch_histograms, probe_states, running_requests, summarize
 from engine_fixtures.errors import InvariantViolated, MeasurementError
-from engine_fixtures.scenarios.invariants import CounterBound
 from engine_fixtures.scenarios.segment import segment_values
 from engine_fixtures.session.recorder import InvariantJudge
 from engine_fixtures.sglang_plugin.instrument import (

@@ -93,10 +93,10 @@ def test_a_budget_below_what_an_invariant_needs_is_refused_at_start(source: str)
 
 def test_every_budget_reaches_the_blocks_a_contrast_needs() -> None:
     from engine_fixtures.judge.decide import MIN_BLOCKS
-    from engine_fixtures.scenarios.cpu_tier import budget_of
-    from engine_fixtures.session.live_runner import live_budget
+    from engine_fixtures.judge.sequential import Budget
+    from engine_fixtures.scenarios.results import live_budget
 
     for repeats in range(1, 6):
         settings = options.settings_from_values({"repeats": str(repeats), "max_repeats": "15"}, {}, env={})
         assert live_budget(settings.repeats, settings.max_repeats).maximum >= MIN_BLOCKS  # repeats 1 stopped at 2
-        assert budget_of(settings).maximum >= MIN_BLOCKS
+        assert Budget.repeated(settings.repeats, settings.max_repeats).maximum >= MIN_BLOCKS

@@ -12,13 +12,13 @@ from engine_fixtures.errors import ConfigError
 from engine_fixtures.judge.blocks import block_effect, effects_by_block, mirrored, near_order, plan, visits
 from engine_fixtures.judge.decide import ALPHA, FAMILY_ALPHA, decide_contrast, gate_alpha, q
 from engine_fixtures.judge.metrics import metric
-from engine_fixtures.judge.paired import GROUP_CEILING_FACTOR, judge_ab, judge_contrast
+from engine_fixtures.judge.paired import GROUP_CEILING_FACTOR, judge_contrast
 from engine_fixtures.judge.rows import worse_change
 from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.judge.simulate import contrast_outcomes
+from engine_fixtures.scenarios.blocks_run import Judging, contrast_of, contrast_verdicts, measure
 from engine_fixtures.scenarios.engine import EngineScenario
-from engine_fixtures.scenarios.live import Arm, Contrast, LiveGroup
-from engine_fixtures.scenarios.live_runs import contrast_of, contrast_verdicts, measure_live
+from engine_fixtures.scenarios.group import Arm, Contrast, Group
 
 
 def test_a_block_is_a_palindrome_so_a_linear_drift_cancels() -> None:
@@ -109,7 +109,7 @@ def test_catches_is_reported_beyond_the_bound_so_the_margin_is_not_counted_twice
     assert same.message.endswith(f"holds (catches {same.detectable:.1%} worse than the reference)")
     tpot = metric("tpot_gmean_ms")  # lower is better: the bound's loss is a rise, 1/0.8 = +25 %
     quiet = [0.001 * e for e in (1, -1, 2, -2, 1, -1)]
-    ab = judge_ab(tpot, [4.0] * 6, [4.0] * 6, quiet, budget=6, bound=0.8)
+    ab = judge_contrast("", tpot, [4.0] * 6, [4.0] * 6, quiet, units="groups", budget=6, bound=0.8)
     dd = decide_contrast(quiet, tpot.sign, -math.log(0.8), tpot.scale_floor, GROUP_CEILING_FACTOR * tpot.ab_size(), 6)
     assert ab.status == dd.status == "pass"
     assert ab.detectable == pytest.approx(math.exp(dd.detectable) * 0.8 - 1)
@@ -188,8 +188,8 @@ def test_a_live_contrast_splits_alpha_over_its_metrics_not_over_two_sides() -> N
     assert by_interval["pass"] <= 2 * alpha * 4000
 
 
-def _group() -> LiveGroup:
-    return LiveGroup("g", EngineScenario("g", transport="cpu"),
+def _group() -> Group:
+    return Group("g", EngineScenario("g", transport="cpu"),
                      arms=(Arm("buffer", copy="buffer"), Arm("stock"), Arm("slow", patches=(("slow-scheduler", 1.0),))),
                      contrasts=(Contrast("stock vs buffer", "buffer", "stock", 0.9),
                                 Contrast("slow vs stock", "stock", "slow")))
@@ -200,9 +200,9 @@ def test_group_declarations_are_checked_and_families_follow_the_arms() -> None:
     assert "cpu_s_per_request.http_server" in g.families(g.contrasts[0])
     assert "cpu_s_per_request.scheduler" in g.families(g.contrasts[1])
     with pytest.raises(ConfigError, match="names arm"):
-        LiveGroup("x", EngineScenario("x"), arms=(Arm("a"), Arm("b")), contrasts=(Contrast("c", "a", "z"),))
+        Group("x", EngineScenario("x"), arms=(Arm("a"), Arm("b")), contrasts=(Contrast("c", "a", "z"),))
     with pytest.raises(ConfigError, match="IPC cache"):
-        LiveGroup("x", EngineScenario("x"), arms=(Arm("a"), Arm("b", ipc_cache="off")))
+        Group("x", EngineScenario("x"), arms=(Arm("a"), Arm("b", ipc_cache="off")))
     with pytest.raises(ConfigError, match="threads"):
         Arm("bad", threads=0)
 
@@ -216,7 +216,7 @@ def test_contrast_verdicts_judge_each_measured_family() -> None:
                                   "tpot_gmean_ms": 4.3 * float(np.exp(rng.normal(0, 0.01))),
                                   "tpot_p50_ms": 4.3 * float(np.exp(rng.normal(0, 0.01)))})
                              for b in range(6) for _ in range(2))
-    rows = contrast_verdicts(g, g.contrasts[0], windows, budget=15, alpha=0.01)
+    rows = contrast_verdicts(g, g.contrasts[0], windows, range(6), Judging(0.01, 15))
     # GPU and CPU were not measured here; TPOT gates on its geometric mean, its p50 is shown beside it
     assert {r.metric: r.status for r in rows} == {"requests_per_s": "regression", "tpot_gmean_ms": "pass",
                                                   "tpot_p50_ms": "report-only"}
@@ -224,7 +224,7 @@ def test_contrast_verdicts_judge_each_measured_family() -> None:
 
 def test_an_arm_stops_being_served_once_no_open_contrast_needs_it() -> None:
     engine = EngineScenario("g", transport="cpu", concurrency=16)
-    group = LiveGroup("g", engine, arms=(Arm("a"), Arm("b", copy="buffer"), Arm("c", copy="torch"), Arm("pool")),
+    group = Group("g", engine, arms=(Arm("a"), Arm("b", copy="buffer"), Arm("c", copy="torch"), Arm("pool")),
                       contrasts=(Contrast("b >= a", "a", "b"), Contrast("b >= c", "c", "b")))
     names = ["a", "b", "c", "pool"]
     assert group.order(names, 3) == names  # before the first look every arm is served
@@ -254,23 +254,23 @@ def test_near_order_serves_each_contrasts_arms_as_neighbours() -> None:
 
 def test_a_live_group_serves_each_contrasts_arms_next_to_each_other_and_records_the_order() -> None:
     engine = EngineScenario("g", transport="cpu", concurrency=16)
-    group = LiveGroup("g", engine, arms=(Arm("buffer", copy="buffer"), Arm("torch", copy="torch"), Arm("stock"),
+    group = Group("g", engine, arms=(Arm("buffer", copy="buffer"), Arm("torch", copy="torch"), Arm("stock"),
                                          Arm("capped", threads=4)),
                       contrasts=(Contrast("stock >= 0.9x buffer", "buffer", "stock", 0.9),
                                  Contrast("buffer >= torch", "torch", "buffer"),
                                  Contrast("capped >= 0.9x buffer", "buffer", "capped", 0.9)))
     served: list[str] = []
 
-    def visit(arm: Arm, n: int) -> list[dict[str, float]]:
+    def visit(arm: Arm, n: int, _unit: int) -> list[dict[str, float]]:
         served.extend([arm.name] * n)
         return [{"requests_per_s": 20.0} for _ in range(n)]
 
-    def undecided(_windows: object, _alpha: float) -> list[str]:  # regression 1 decided at the first look
+    def undecided(_windows: object, _units: object, _alpha: float) -> list[str]:  # regression 1 decided at look 1
         return ["buffer >= torch: requests_per_s", "capped >= 0.9x buffer: requests_per_s"]
 
     for seed in range(6):
         served.clear()
-        run = measure_live(group, Budget(2, 2, 4), visit, undecided, random.Random(seed))
+        run = measure(group, Budget(2, 2, 4), visit, undecided, rng=random.Random(seed))
         first, later = run.order[0], run.order[2]
         assert len(run.order) == 4
         assert run.order[1] == first
@@ -299,18 +299,18 @@ def test_a_contrast_with_a_quota_capped_arm_is_judged_before_and_after_resolving
     """The H200's nightly of 2026-12-03 measured the capped arm (resolved in the runner) but its test then judged the
     declared group, whose families() resolved the arm's LiveArm and raised: the verdicts were lost."""
     engine = EngineScenario("g", transport="cpu", concurrency=16, quota="quarter")
-    group = LiveGroup("g", engine, arms=(Arm("buffer", copy="buffer"), Arm("capped", threads="quota")),
+    group = Group("g", engine, arms=(Arm("buffer", copy="buffer"), Arm("capped", threads="quota")),
                       contrasts=(Contrast("capped >= 0.9x buffer", "buffer", "capped", 0.9),))
     windows = {a: tuple((b, {"requests_per_s": 20.0 + 0.1 * b}) for b in range(5)) for a in ("buffer", "capped")}
     for g in (group, group.resolved(lambda _a: 4.0)):
         assert "cpu_s_per_request.http_server" in g.families(g.contrasts[0])
-        (row,) = contrast_verdicts(g, g.contrasts[0], windows, budget=10, alpha=0.01)
+        (row,) = contrast_verdicts(g, g.contrasts[0], windows, range(5), Judging(0.01, 10))
         assert row.metric == "requests_per_s"
 
 
 def test_measured_rows_serve_their_first_blocks_and_switch_the_load_live() -> None:
     engine = EngineScenario("g", transport="cpu", concurrency=16)
-    group = LiveGroup("g", engine, arms=(Arm("a"), Arm("b", copy="buffer"), Arm("c1", concurrency=1, blocks=2),
+    group = Group("g", engine, arms=(Arm("a"), Arm("b", copy="buffer"), Arm("c1", concurrency=1, blocks=2),
                                          Arm("px", image_px=2048, image_content="repeated", blocks=3)),
                       contrasts=(Contrast("b >= a", "a", "b"),))
     assert plan(lambda b: group.order(["a", "c1", "b"], b), 1, 2) == [
@@ -320,10 +320,10 @@ def test_measured_rows_serve_their_first_blocks_and_switch_the_load_live() -> No
     assert group.arm("c1").scenario(engine).workload().concurrency == 1
     assert group.peak_concurrency == 16
     with pytest.raises(ConfigError, match="measured in 2 blocks only"):
-        LiveGroup("g", engine, arms=(Arm("a"), Arm("b", blocks=2)), contrasts=(Contrast("b >= a", "a", "b"),))
+        Group("g", engine, arms=(Arm("a"), Arm("b", blocks=2)), contrasts=(Contrast("b >= a", "a", "b"),))
     with pytest.raises(ConfigError, match="CUDA-graph bucket 16"):
-        LiveGroup("g", engine, arms=(Arm("a"), Arm("b", concurrency=64)))
-    assert LiveGroup("g", engine, arms=(Arm("a", blocks=2), Arm("b", blocks=3))).row_blocks == 3
+        Group("g", engine, arms=(Arm("a"), Arm("b", concurrency=64)))
+    assert Group("g", engine, arms=(Arm("a", blocks=2), Arm("b", blocks=3))).row_blocks == 3
     assert group.row_blocks is None
     with pytest.raises(ConfigError, match="without an interval"):
         Arm("a", blocks=1)

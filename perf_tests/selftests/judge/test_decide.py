@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from engine_fixtures.judge.decide import (
     NullSample,
     decide_bound,
-    decide_bound_unpaired,
     decide_contrast,
     decide_history,
     promised_size,
@@ -278,22 +277,3 @@ def test_the_published_promise_is_the_gates() -> None:
     model = NoiseModel.fit(runs(rng, 5, 5, 0.04, 0.05))
     d = decide_history(model, model.level + rng.normal(0, 0.05, 5), +1, FLOOR, alpha=0.01 / 3)
     assert d.detectable == promised_size(model, FLOOR, 0.01 / 3)
-
-
-def test_unpaired_bound_takes_engine_instances_as_the_unit() -> None:
-    """Ten windows per arm from one engine each: a Welch test over windows decided; instances say it cannot."""
-    ref = np.log([30.0, 30.5, 29.8, 30.2, 30.1, 29.9, 30.3, 30.0, 30.4, 29.7])
-    cur = ref + math.log(1.2)
-    one = decide_bound_unpaired(ref, cur, 1.05)
-    assert one.status == "inconclusive"
-    assert "more fresh engine instances per arm" in one.reason
-    ids = ["e1"] * 5 + ["e2"] * 5
-    offset = np.array([0.0] * 5 + [0.16] * 5)  # a second start of one build sits +16 % higher (H200: +15.8 %)
-    d = decide_bound_unpaired(ref + offset, cur, 1.05, reference_instances=ids,
-                             current_instances=["f1"] * 5 + ["f2"] * 5)
-    assert d.status == "inconclusive"  # 2 instances per arm and a 16 % instance offset: cannot tell 1.2x from 1.05x
-    clear = decide_bound_unpaired(ref, cur, 1.05, reference_instances=["a", "b", "c"] * 3 + ["a"],
-                                 current_instances=["d", "e", "f"] * 3 + ["d"])
-    assert clear.status == "pass"
-    with pytest.raises(ValueError, match="window_instance"):
-        decide_bound_unpaired(ref, cur, 1.05, reference_instances=["a"])

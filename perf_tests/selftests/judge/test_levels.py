@@ -14,7 +14,7 @@ from engine_fixtures.judge.levels import FigureResult, block_means, figure_rows,
 from engine_fixtures.report.seed import draw, overall, write_pngs
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.figures import Point, SeedFigure, Shape, measure_figure
-from engine_fixtures.scenarios.live import Arm, LiveGroup
+from engine_fixtures.scenarios.group import Arm, Group
 
 
 def test_a_level_is_the_mean_of_block_means_with_a_t_interval_over_blocks() -> None:
@@ -47,8 +47,8 @@ def test_a_shape_is_reproduced_only_when_its_whole_interval_is_on_the_seeds_side
 
 
 def test_a_figure_measured_from_live_arms_reads_as_rows_and_draws(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    cpu = LiveGroup("cpu", EngineScenario("cpu", transport="cpu"), arms=(Arm("c16"), Arm("c4", concurrency=4)))
-    ipc = LiveGroup("ipc", EngineScenario("ipc", transport="cuda_ipc"), arms=(Arm("c16"), Arm("c4", concurrency=4)))
+    cpu = Group("cpu", EngineScenario("cpu", transport="cpu"), arms=(Arm("c16"), Arm("c4", concurrency=4)))
+    ipc = Group("ipc", EngineScenario("ipc", transport="cuda_ipc"), arms=(Arm("c16"), Arm("c4", concurrency=4)))
     data = {("cpu", "c16"): [8.6, 8.7, 8.8], ("cpu", "c4"): [6.4, 6.5, 6.6], ("ipc", "c16"): [25.0, 26.0, 25.5],
             ("ipc", "c4"): [11.0, 11.2, 10.9]}
     fig = SeedFigure("t", "throughput", "requests_per_s",

@@ -31,12 +31,12 @@ pytest_plugins = ("pytester",)
 
 TEST_FILE = """
 import pytest
-from engine_fixtures import CpuTierArm, CpuTierScenario, Invariant
+from engine_fixtures import Contrast, CpuTierArm, CpuTierScenario
 from engine_fixtures.scenarios import cpu_tier
 from engine_fixtures.store.results import RunResult
 
 T, B, C = (CpuTierArm(copy=c, quota=0.5, resolution=256, concurrency=2) for c in ("torch", "buffer", "control"))
-INV = Invariant("buffer >= torch", "requests_per_s", T.id, B.id, 1.0)
+INV = Contrast("buffer >= torch", T.id, B.id, 1.0, ("requests_per_s",))
 S = CpuTierScenario("tiny", (T, B, C), C, (INV,), warmup=0, requests=4)
 LEVEL = {"torch": 10.0, "buffer": 14.0, "control": 12.0}
 

@@ -10,7 +10,7 @@ import pytest
 from engine_fixtures.errors import MeasurementError
 from engine_fixtures.judge.decide import NullSample
 from engine_fixtures.judge.metrics import metric
-from engine_fixtures.judge.verdicts import judge_ab, judge_invariant, judge_metric, judge_result
+from engine_fixtures.judge.verdicts import judge_contrast, judge_invariant, judge_metric, judge_result
 
 
 class Pool:
@@ -76,32 +76,13 @@ def test_gpu_util_is_judged_where_the_gpu_is_the_bottleneck() -> None:
 
 def test_paired_invariant_holds_fails_and_straddles() -> None:
     torch_rps = [12.0, 12.5, 11.8, 12.2, 12.1]
-    holds = judge_invariant("buffer/torch", "requests_per_s", torch_rps, [v * 1.2 for v in torch_rps], 1.05,
-                            paired=True)
+    holds = judge_invariant("buffer/torch", "requests_per_s", torch_rps, [v * 1.2 for v in torch_rps], 1.05)
     assert holds.status == "pass"
-    forced = judge_invariant("buffer/torch", "requests_per_s", torch_rps, [v * 1.0 for v in torch_rps], 1.05,
-                             paired=True)
+    forced = judge_invariant("buffer/torch", "requests_per_s", torch_rps, [v * 1.0 for v in torch_rps], 1.05)
     assert forced.status == "regression"
     assert "invariant violated" in forced.message
     with pytest.raises(ValueError, match="one window of each per round"):
-        judge_invariant("x", "requests_per_s", [1.0, 2.0], [1.0], 1.0, paired=True)
-
-
-def test_unpaired_invariant_for_arms_of_separate_engines() -> None:
-    buffer_arm = [35.0, 36.0, 34.5, 35.5, 35.2, 35.1]
-    stock = [16.0, 16.4, 15.8, 16.1, 16.2, 16.0]
-    one = judge_invariant("stock/buffer", "requests_per_s", buffer_arm, stock, 0.9, paired=False)
-    assert one.status == "inconclusive"  # one engine per arm: its windows share that start's offset
-    assert "more fresh engine instances per arm" in one.message
-    ids = ["a", "b", "c"] * 2
-    v = judge_invariant("stock/buffer", "requests_per_s", buffer_arm, stock, 0.9, paired=False,
-                        reference_instances=ids, current_instances=["d", "e", "f"] * 2)
-    assert v.status == "regression"
-    assert "3 + 3 instances" in v.message
-    lat = judge_invariant("stock/buffer", "ttft_p50_ms", [300.0, 310.0, 305.0, 302.0], [305.0, 300.0, 309.0, 303.0],
-                          0.9, paired=False, reference_instances=["a", "b", "a", "b"],
-                          current_instances=["c", "d", "c", "d"])
-    assert lat.status == "pass"  # lower is better: the same latency is 1.0x >= 0.9x
+        judge_invariant("x", "requests_per_s", [1.0, 2.0], [1.0], 1.0)
 
 
 def test_a_metric_only_a_one_run_pool_has_is_gone_without_an_error() -> None:
@@ -158,7 +139,7 @@ def test_ab_verdict_reports_a_paired_interval() -> None:
     ref = [3.3, 3.31, 3.29, 3.3, 3.32, 3.28]
     cand = [v * 1.2 for v in ref]
     ratios = [math.log(1.2) + d for d in (0.001, -0.002, 0.0015, 0.0, -0.001, 0.002)]
-    v = judge_ab("tpot_gmean_ms", ref, cand, ratios, budget=12)
+    v = judge_contrast("", "tpot_gmean_ms", ref, cand, ratios, budget=12, units="groups")
     assert v.status == "regression"
     assert v.kind == "group"  # fresh engine groups are its units
     assert "95% CI" in v.message
@@ -170,41 +151,40 @@ def test_ab_verdict_reports_a_paired_interval() -> None:
 def test_ab_pass_names_what_it_catches_and_which_variance_it_used() -> None:
     ref = [3.3] * 6
     noisy = [math.log(1.25) + d for d in (0.3, -0.3, 0.15, -0.15, 0.24, -0.24)]
-    v = judge_ab("tpot_gmean_ms", ref, [4.1] * 6, noisy, budget=6, alpha=0.0025)
+    v = judge_contrast("", "tpot_gmean_ms", ref, [4.1] * 6, noisy, budget=6, alpha=0.0025, units="groups")
     assert v.status == "inconclusive"
     assert "95% CI" in v.message
     assert "t with 5 df (no A/A history on this host" in v.message
     quiet = [0.001 * d for d in (1, -1, 2, -2, 1, -1)]
-    ok = judge_ab("tpot_gmean_ms", ref, ref, quiet, budget=6)
+    ok = judge_contrast("", "tpot_gmean_ms", ref, ref, quiet, budget=6, units="groups")
     assert ok.status == "pass"
     assert ok.detectable is not None
     assert 0 < ok.detectable < 0.20  # what it excludes, within the 20 % ceiling
     assert f"catches {ok.detectable:.1%} worse" in ok.message
-    assert judge_ab("tpot_gmean_ms", ref, ref, noisy, budget=6, detect=0.05).status == "inconclusive"
-    blocks = judge_ab("tpot_gmean_ms", ref, ref, quiet, budget=6, units="blocks")
+    narrow = judge_contrast("", "tpot_gmean_ms", ref, ref, noisy, budget=6, detect=0.05, units="groups")
+    assert narrow.status == "inconclusive"
+    blocks = judge_contrast("", "tpot_gmean_ms", ref, ref, quiet, budget=6, units="pair blocks")
     assert "offset between two starts of one build is not in this interval" in blocks.message
-    pooled = judge_ab("tpot_gmean_ms", ref, ref, [0.001], budget=6,
-                      null=NullSample.of([0.02, -0.02, 0.01, -0.01, 0.0], "this host's A/A history"))
+    pooled = judge_contrast("", "tpot_gmean_ms", ref, ref, [0.001], budget=6, units="groups",
+                            null=NullSample.of([0.02, -0.02, 0.01, -0.01, 0.0], "this host's A/A history"))
     assert pooled.status == "pass"  # one fresh pair, the spread borrowed from five null pairs
     assert "variance pooled with 5 null pair(s) of this host's A/A history (5 df)" in pooled.message
-    share = judge_ab("output_tokens_per_s", ref, ref, quiet, budget=6)
+    share = judge_contrast("", "output_tokens_per_s", ref, ref, quiet, budget=6, units="groups")
     assert share.status == "report-only"  # output tok/s repeats req/s: not a gate
 
 
 def test_the_recorder_reads_each_windows_engine_instance_from_the_result() -> None:
     """The contract with the runner: ``metadata["window_instance"]`` names the instance of each window, and a metric
     of only some windows (a per-segment value) names its windows; old results without it are one instance."""
-    from engine_fixtures.session.recorder import _instances
     from engine_fixtures.store.results import RunResult
 
     new = RunResult("engine/x", {"c": "1"}, {"requests_per_s": (1.0, 1.1, 1.2, 1.3), "running_requests_max": (4, 4)},
                     metadata={"window_instance": ["e0", "e0", "e1", "e1"],
                               "sample_windows": {"running_requests_max": [0, 2]}})
     old = RunResult("engine/x", {"c": "1"}, {"requests_per_s": (1.0, 1.1)})
-    assert _instances(new, "requests_per_s") == ["e0", "e0", "e1", "e1"]
-    assert _instances(new, "running_requests_max") == ["e0", "e1"]
-    assert _instances(old, "requests_per_s") is None
-    assert _instances([1.0, 1.1], "requests_per_s") is None  # bare values: one instance
+    assert new.aligned("window_instance", "requests_per_s") == ["e0", "e0", "e1", "e1"]
+    assert new.aligned("window_instance", "running_requests_max") == ["e0", "e1"]
+    assert old.aligned("window_instance", "requests_per_s") is None
 
 
 def test_the_gating_family_counts_what_really_gates_here() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from engine_fixtures import Contrast
 from engine_fixtures.cpu_tier.arms import CpuTierArm
 from engine_fixtures.inject import parse_injection
 from engine_fixtures.options import Settings
@@ -19,13 +20,12 @@ from engine_fixtures.profile.cpu_tier import after_verdicts
 from engine_fixtures.profile.report import ProfileBook
 from engine_fixtures.scenarios import cpu_tier
 from engine_fixtures.scenarios.cpu_tier import CpuTierScenario
-from engine_fixtures.scenarios.invariants import Invariant
 
 pytestmark = pytest.mark.cgroup()
 
 TORCH, BUFFER = (CpuTierArm(copy=c, threads="cpus", quota=0.5, resolution=256, concurrency=2)
                  for c in ("torch", "buffer"))
-INV = Invariant("buffer >= torch (test)", "requests_per_s", TORCH.id, BUFFER.id, 1.0)
+INV = Contrast("buffer >= torch (test)", TORCH.id, BUFFER.id, 1.0, ("requests_per_s",))
 SCENARIO = CpuTierScenario("profile-test", (TORCH, BUFFER), None, (INV,), warmup=0, requests=8)
 SPIN_MS = 15.0
 

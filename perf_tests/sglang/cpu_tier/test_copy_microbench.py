@@ -72,7 +72,7 @@ def test_copy_under_quota(quota: float, mb: float, threads: int,  # type: ignore
     budget = Budget(perf_settings.repeats, perf_settings.repeats, perf_settings.max_repeats)
 
     def undecided(samples: dict[str, list[float]], alpha: float) -> bool:
-        verdict = judge_invariant(label, "copy_per_s", samples["torch"], samples["buffer"], 1.05, paired=True,
+        verdict = judge_invariant(label, "copy_per_s", samples["torch"], samples["buffer"], 1.05,
                                   alpha=alpha)
         return verdict.status == "inconclusive"
 
@@ -80,4 +80,4 @@ def test_copy_under_quota(quota: float, mb: float, threads: int,  # type: ignore
         out = under_quota_until_decided(mb, threads, quota, max(10, int(600 / mb)), budget, undecided)
     finally:
         sweep_stale(PREFIX)
-    perf_invariant(label, "copy_per_s", out["torch"], out["buffer"], 1.05, paired=True, alpha=budget.alpha_per_look())
+    perf_invariant(label, "copy_per_s", out["torch"], out["buffer"], 1.05, alpha=budget.alpha_per_look())

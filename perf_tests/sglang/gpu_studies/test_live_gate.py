@@ -14,7 +14,7 @@ import statistics
 
 import pytest
 
-from engine_fixtures import Arm, Contrast, EngineScenario, LiveGroup
+from engine_fixtures import Arm, Contrast, EngineScenario, Group
 from engine_fixtures.errors import Inconclusive, InvariantViolated
 
 TRIALS = 2
@@ -28,23 +28,23 @@ PATCHED = "patched no worse than zero"
 pytestmark = [pytest.mark.gpu(1), pytest.mark.gpu_tier]
 
 
-def calibration() -> LiveGroup:
-    return LiveGroup("gate-calibration", ENGINE, arms=(Arm("zero", copy="buffer", patches=ZERO),
+def calibration() -> Group:
+    return Group("gate-calibration", ENGINE, arms=(Arm("zero", copy="buffer", patches=ZERO),
                                                        Arm("zero-again", copy="buffer", patches=ZERO)),
                      contrasts=(Contrast(AA, "zero", "zero-again", metrics=METRICS),))
 
 
-def trial(i: int, ms: float) -> LiveGroup:
-    return LiveGroup(f"gate-trial{i}", ENGINE,
+def trial(i: int, ms: float) -> Group:
+    return Group(f"gate-trial{i}", ENGINE,
                      arms=(Arm("zero", copy="buffer", patches=ZERO), Arm("zero-again", copy="buffer", patches=ZERO),
                            Arm("patched", copy="buffer", patches=(("slow-scheduler", ms),))),
                      contrasts=(Contrast(AA, "zero", "zero-again", metrics=METRICS),
                                 Contrast(PATCHED, "zero", "patched", metrics=METRICS)))
 
 
-def outcome(perf_live, group: LiveGroup, label: str) -> str:  # type: ignore[no-untyped-def]
+def outcome(perf_gpu_tier, group: Group, label: str) -> str:  # type: ignore[no-untyped-def]
     try:
-        rows = perf_live.check(group, label)
+        rows = perf_gpu_tier.check(group, label)
     except InvariantViolated as exc:
         return "flagged: " + " | ".join(line.strip() for line in str(exc).splitlines()[1:])
     except Inconclusive as exc:
@@ -54,16 +54,16 @@ def outcome(perf_live, group: LiveGroup, label: str) -> str:  # type: ignore[no-
 
 
 @pytest.mark.perf
-def test_live_patch_gate(perf_live) -> None:  # type: ignore[no-untyped-def]
+def test_live_patch_gate(perf_gpu_tier) -> None:  # type: ignore[no-untyped-def]
     cal = calibration()
-    aa = [outcome(perf_live, cal, AA)]
-    tpot = statistics.median(w["tpot_p50_ms"] for _, w in perf_live.measure(cal).windows["zero"])
+    aa = [outcome(perf_gpu_tier, cal, AA)]
+    tpot = statistics.median(w["tpot_p50_ms"] for _, w in perf_gpu_tier.measure(cal).windows["zero"])
     ms = round(SIZE * tpot, 4)
     patched = []
     for i in range(1, TRIALS + 1):
         g = trial(i, ms)
-        aa.append(outcome(perf_live, g, AA))
-        patched.append(outcome(perf_live, g, PATCHED))
+        aa.append(outcome(perf_gpu_tier, g, AA))
+        patched.append(outcome(perf_gpu_tier, g, PATCHED))
     report = [f"TPOT p50 {tpot:.3f} ms; patch slow-scheduler={ms} ms ({SIZE:.0%})",
               *(f"A/A trial {i}: {o}" for i, o in enumerate(aa)),
               *(f"patched trial {i}: {o}" for i, o in enumerate(patched, 1))]

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import pytest
 
-from engine_fixtures import Arm, Contrast, EngineScenario, LiveGroup
+from engine_fixtures import Arm, Contrast, EngineScenario, Group
 
 Q = "quarter"
 SEPARATE = (
     EngineScenario("separate-torch-quota", transport="cpu", copy="torch", quota=Q),
     EngineScenario("separate-buffer-quota", transport="cpu", copy="buffer", quota=Q),
 )
-PAIR = LiveGroup("copy-pair", EngineScenario("copy-pair", transport="cpu", copy="buffer", quota=Q),
+PAIR = Group("copy-pair", EngineScenario("copy-pair", transport="cpu", copy="buffer", quota=Q),
                  arms=(Arm("buffer", copy="buffer"), Arm("torch", copy="torch")),
                  contrasts=(Contrast("buffer >= torch", "torch", "buffer"),))
 pytestmark = [pytest.mark.gpu(1), pytest.mark.gpu_tier]
@@ -32,5 +32,5 @@ def test_separate_launch(scenario: EngineScenario, perf_gpu_tier) -> None:  # ty
 
 
 @pytest.mark.perf
-def test_live_pair(perf_live) -> None:  # type: ignore[no-untyped-def]
-    perf_live.check(PAIR, "buffer >= torch")
+def test_live_pair(perf_gpu_tier) -> None:  # type: ignore[no-untyped-def]
+    perf_gpu_tier.check(PAIR, "buffer >= torch")

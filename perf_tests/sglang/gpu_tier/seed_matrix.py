@@ -1,7 +1,7 @@
 """The seed's matrix, declared: one live engine per transport, every axis of the seed switched live on it.
 
 Qwen3-VL-4B (the 4B shape), one fresh image per request, 64 input / 32 output tokens, caches off. Each transport has
-one engine (``LiveGroup``); on it the copy path, the thread cap, the IPC pool-handle cache, the CPU quota, the
+one engine (``Group``); on it the copy path, the thread cap, the IPC pool-handle cache, the CPU quota, the
 concurrency and the image size are arms, served in mirrored blocks, so the offset between two engine starts cancels
 in every contrast between arms of one engine.
 
@@ -25,9 +25,22 @@ cpu minus cuda_ipc TTFT p50 12.9 / 32.9 / 138.0 ms; the IPC pool-handle cache +1
 
 from __future__ import annotations
 
-from engine_fixtures import IPC_CACHE_OFF, SHM_COPY, Arm, Contrast, CounterBound, EngineScenario, LiveGroup
-from engine_fixtures.scenarios.figures import Point, SeedFigure, Shape
-from engine_fixtures.scenarios.live import FAMILIES, INHERIT, QUOTA_THREADS, REPORTED
+from engine_fixtures import (
+    FAMILIES,
+    INHERIT,
+    IPC_CACHE_OFF,
+    QUOTA_THREADS,
+    REPORTED,
+    SHM_COPY,
+    Arm,
+    Contrast,
+    CounterBound,
+    EngineScenario,
+    Group,
+    Point,
+    SeedFigure,
+    Shape,
+)
 
 Q = "quarter"  # a quarter of the visible CPUs: 4 of the H200's 16, where the seed's copy regression reproduced
 ROWS = 3  # blocks of a measured row: a level with an interval (t, 2 df)
@@ -49,7 +62,7 @@ def sweep_arms(quota: str | None) -> tuple[Arm, ...]:
 
 # The nightly's contrasts: each bound says what it lets the candidate lose, and why that is the right amount. A bound
 # of 1.0 lets it lose nothing beyond the metric's floor (3 % on req/s, TTFT and TPOT), the smallest change ever flagged.
-CPU = LiveGroup(
+CPU = Group(
     "cpu-quota", EngineScenario("cpu-quota", transport="cpu", copy="buffer", quota=Q),
     arms=(Arm("buffer", copy="buffer"), Arm("torch", copy="torch"), Arm("stock"),
           Arm("stock-capped", threads=QUOTA_THREADS)),
@@ -70,7 +83,7 @@ CPU = LiveGroup(
                      "never the 30 % of the spin; its CPU per request stays about 1.5x the buffer copy's (the seed's "
                      "135 vs 44 %), which the seed does not claim away, so that family is reported"),
     ))
-IPC = LiveGroup(
+IPC = Group(
     # Launched as shipped (SGLANG_USE_IPC_POOL_HANDLE_CACHE unset), so the live "stock" arm is the release's default.
     "cuda_ipc", EngineScenario("cuda_ipc", transport="cuda_ipc", ipc_cache="stock"),
     arms=(Arm("on", ipc_cache="on"), Arm("stock"), Arm("off", ipc_cache="off")),
@@ -91,8 +104,8 @@ TWO_BY_TWO_ARMS = (Arm("buffer-c16", copy="buffer", blocks=ROWS), Arm("stock-thr
                    Arm("buffer-threads8", copy="buffer", threads=8, blocks=ROWS))
 IPC_CACHE_ARMS = (Arm("cache-on", ipc_cache="on", blocks=ROWS), Arm("cache-stock", blocks=ROWS),
                   Arm("cache-off", ipc_cache="off", blocks=ROWS))
-CPU_ROWS = LiveGroup("cpu-rows", CPU.engine, arms=(*sweep_arms(None), *TWO_BY_TWO_ARMS, *resolution_arms()))
-IPC_ROWS = LiveGroup("cuda_ipc-rows", IPC.engine, arms=(*sweep_arms(Q), *IPC_CACHE_ARMS, *resolution_arms()))
+CPU_ROWS = Group("cpu-rows", CPU.engine, arms=(*sweep_arms(None), *TWO_BY_TWO_ARMS, *resolution_arms()))
+IPC_ROWS = Group("cuda_ipc-rows", IPC.engine, arms=(*sweep_arms(Q), *IPC_CACHE_ARMS, *resolution_arms()))
 STOCK_IPC = CounterBound("stock caches the IPC pool handle", "ipc_opens_per_image", "stock", 0.05,
                          why="SGLang as shipped opens the IPC pool handle about once, not once per image")
 # The seed's fifth figure: at TP=1 nothing caps the running requests below the client's concurrency (the 4B shape's
@@ -102,9 +115,9 @@ ADMITS = CounterBound("TP=1 admits the whole concurrency", "running_requests_max
 KNOWN = {"stock >= 0.9x buffer": SHM_COPY, "stock >= 0.9x cache on": IPC_CACHE_OFF}
 
 # The per-pull-request smoke subset: regressions 1 and 2 alone, on the same two launches (minutes, not the matrix).
-SMOKE_CPU = LiveGroup("smoke-cpu", CPU.engine, arms=(Arm("buffer", copy="buffer"), Arm("stock")),
+SMOKE_CPU = Group("smoke-cpu", CPU.engine, arms=(Arm("buffer", copy="buffer"), Arm("stock")),
                       contrasts=(CPU.contrast("stock >= 0.9x buffer"),))
-SMOKE_IPC = LiveGroup("smoke-ipc", IPC.engine, arms=(Arm("on", ipc_cache="on"), Arm("stock")),
+SMOKE_IPC = Group("smoke-ipc", IPC.engine, arms=(Arm("on", ipc_cache="on"), Arm("stock")),
                       contrasts=(IPC.contrast("stock >= 0.9x cache on"),))
 
 H100 = "the seed's issue, Qwen3-VL-4B on an H100, one fresh 512 px image per request, 64/32 tokens"

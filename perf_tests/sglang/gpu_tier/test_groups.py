@@ -1,29 +1,30 @@
 """GPU tier: what cannot switch live, measured as groups of engines alive at once on one GPU.
 
-A group's members are separate launches (``EngineGroup``): started one at a time with one explicit KV size, their pools
-read back and compared, measured in mirrored blocks under one load. Two starts of one build differ (TPOT 3 %, TTFT 5 %
-on the 4B shape), so the unit of every verdict is the fresh instance group, and this host's A/A history (recorded by
-null A/B runs) supplies the between-instance variance where it exists; each verdict says which it used and what its
-pass excludes.
+A group's arms are separate launches (``Arm(launch=...)``): started one at a time with one explicit KV size, their
+pools read back and compared, measured in mirrored blocks under one load. Two starts of one build differ (TPOT 3 %,
+TTFT 5 % on the 4B shape), so the unit of every verdict is the fresh instance group, and this host's A/A history
+(recorded by null A/B runs) supplies the between-instance variance where it exists; each verdict says which it used
+and what its pass excludes.
 
 - The transport (the weekly step, marker ``weekly``): the cpu transport with the buffer copy (the fix of regression 1)
   against cuda_ipc with the pool-handle cache on (the fix of regression 2), the seed's "cpu reaches most of cuda_ipc"
   at C=16, with no quota.
 - The A/B of two builds (``--perf-reference BUILD``, candidate ``--perf-candidate``, default the installed SGLang): the
   buffer copy's launch, no quota, so TPOT reads the engine rather than CFS throttling. Same build on both sides is a
-  null A/B: it adds its pairs to this host's A/A history. Without ``--perf-reference`` the test is skipped, saying so.
+  null A/B: it adds its pairs to this host's A/A history. Marked ``ab``: skipped without ``--perf-reference``, saying
+  so, and with it the only kind of test that runs.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from engine_fixtures import Contrast, EngineGroup, EngineScenario, Member
+from engine_fixtures import Arm, Contrast, EngineScenario, Group
 
-TRANSPORT = EngineGroup(
+TRANSPORT = Group(
     "transport",
-    members=(Member("cpu", EngineScenario("cpu-buffer", transport="cpu", copy="buffer")),
-             Member("cuda_ipc", EngineScenario("cuda_ipc-on", transport="cuda_ipc", ipc_cache="on"))),
+    arms=(Arm("cpu", launch=EngineScenario("cpu-buffer", transport="cpu", copy="buffer")),
+          Arm("cuda_ipc", launch=EngineScenario("cuda_ipc-on", transport="cuda_ipc", ipc_cache="on"))),
     contrasts=(Contrast("cpu(buffer) >= 0.8x cuda_ipc", "cuda_ipc", "cpu", 0.8,
                         metrics=("requests_per_s", "ttft_p50_ms", "tpot_gmean_ms"), report=("ttft_p50_ms",),
                         why="the seed's transport figure: with the buffer copy the cpu transport reaches most of "
@@ -35,13 +36,11 @@ pytestmark = [pytest.mark.gpu(1), pytest.mark.gpu_tier]
 
 @pytest.mark.weekly
 @pytest.mark.perf
-def test_transport_group(perf_group) -> None:  # type: ignore[no-untyped-def]
-    perf_group.check(TRANSPORT, "cpu(buffer) >= 0.8x cuda_ipc")
+def test_transport_group(perf_gpu_tier) -> None:  # type: ignore[no-untyped-def]
+    perf_gpu_tier.check(TRANSPORT, "cpu(buffer) >= 0.8x cuda_ipc")
 
 
+@pytest.mark.ab
 @pytest.mark.perf
-def test_build_ab(perf_gpu_tier, perf_settings) -> None:  # type: ignore[no-untyped-def]
-    if perf_settings.reference is None:
-        pytest.skip("an A/B of two builds needs --perf-reference BUILD (e.g. installed for a null A/B that records "
-                    "this host's A/A history, or 'sglang==0.5.16' in a venv)")
+def test_build_ab(perf_gpu_tier) -> None:  # type: ignore[no-untyped-def]
     perf_gpu_tier(AB)

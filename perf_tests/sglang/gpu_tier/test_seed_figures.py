@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import pytest
 
-from engine_fixtures.scenarios.figures import SeedFigure
+from engine_fixtures import SeedFigure
 from perf_tests.sglang.gpu_tier.seed_matrix import FIGURES
 
 pytestmark = [pytest.mark.gpu(1), pytest.mark.gpu_tier, pytest.mark.weekly]
 
 
 @pytest.mark.parametrize("figure", [pytest.param(f, id=f.id) for f in FIGURES])
-def test_seed_figure(figure: SeedFigure, perf_live) -> None:  # type: ignore[no-untyped-def]
-    perf_live.figure(figure)
+def test_seed_figure(figure: SeedFigure, perf_gpu_tier) -> None:  # type: ignore[no-untyped-def]
+    perf_gpu_tier.figure(figure)

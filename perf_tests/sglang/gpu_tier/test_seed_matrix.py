@@ -1,7 +1,7 @@
 """GPU tier, the nightly: the seed's invariants (``seed_matrix``) as contrasts between arms of one live engine per
 transport, its counters, and each contrast arm against this host's pool.
 
-Regressions 1 and 2 are contrasts between arms of one engine (``LiveGroup``): the arms are served in mirrored blocks
+Regressions 1 and 2 are contrasts between arms of one engine (``Group``): the arms are served in mirrored blocks
 (A B B A) on the same engine instance, so the offset between two engine starts (TPOT 3 %, TTFT 5 % on the 4B
 shape) cancels, and a fresh runner decides them in one run with no pool and no second engine. Each contrast judges
 throughput, TTFT, TPOT, the CPU per request of the role its arms differ in, and GPU utilisation, each by its quietest
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_fixtures import Contrast, LiveGroup, known_regression
+from engine_fixtures import Contrast, Group, known_regression
 from perf_tests.sglang.gpu_tier.seed_matrix import (
     ADMITS,
     CPU,
@@ -36,48 +36,48 @@ from perf_tests.sglang.gpu_tier.seed_matrix import (
 pytestmark = [pytest.mark.gpu(1), pytest.mark.gpu_tier]
 
 
-def _contrasts(group: LiveGroup) -> list:
+def _contrasts(group: Group) -> list:
     return [pytest.param(c, marks=[known_regression(KNOWN[c.label])] if c.label in KNOWN else [], id=c.id)
             for c in group.contrasts]
 
 
-def _pool_arms(group: LiveGroup) -> list:
+def _pool_arms(group: Group) -> list:
     return [pytest.param(group, a.name, id=f"{group.id}/{a.name}") for a in group.arms if a.blocks is None]
 
 
 # ---------------------------------------------------------------------------------------------- the cpu launch
 @pytest.mark.perf
 @pytest.mark.parametrize("contrast", _contrasts(CPU))
-def test_cpu_transport_contrast(contrast: Contrast, perf_live) -> None:  # type: ignore[no-untyped-def]
-    perf_live.check(CPU, contrast)
+def test_cpu_transport_contrast(contrast: Contrast, perf_gpu_tier) -> None:  # type: ignore[no-untyped-def]
+    perf_gpu_tier.check(CPU, contrast)
 
 
 @pytest.mark.perf
 @pytest.mark.parametrize(("group", "arm"), _pool_arms(CPU))
-def test_cpu_arm_against_this_hosts_pool(group: LiveGroup, arm: str, perf_live) -> None:  # type: ignore[no-untyped-def]
-    perf_live.arm(group, arm)
+def test_cpu_arm_against_this_hosts_pool(group: Group, arm: str, perf_gpu_tier) -> None:  # type: ignore[no-untyped-def]
+    perf_gpu_tier.arm(group, arm)
 
 
 # ----------------------------------------------------------------------------------------- the cuda_ipc launch
 @pytest.mark.perf
 @pytest.mark.parametrize("contrast", _contrasts(IPC))
-def test_cuda_ipc_contrast(contrast: Contrast, perf_live) -> None:  # type: ignore[no-untyped-def]
-    perf_live.check(IPC, contrast)
+def test_cuda_ipc_contrast(contrast: Contrast, perf_gpu_tier) -> None:  # type: ignore[no-untyped-def]
+    perf_gpu_tier.check(IPC, contrast)
 
 
 @known_regression(KNOWN["stock >= 0.9x cache on"])
-def test_stock_ipc_caches_pool_handles(perf_live) -> None:  # type: ignore[no-untyped-def]
-    perf_live.counter(IPC, STOCK_IPC)
+def test_stock_ipc_caches_pool_handles(perf_gpu_tier) -> None:  # type: ignore[no-untyped-def]
+    perf_gpu_tier.counter(IPC, STOCK_IPC)
 
 
-def test_tp1_admits_the_concurrency(perf_live) -> None:  # type: ignore[no-untyped-def]
-    perf_live.counter(IPC, ADMITS)
+def test_tp1_admits_the_concurrency(perf_gpu_tier) -> None:  # type: ignore[no-untyped-def]
+    perf_gpu_tier.counter(IPC, ADMITS)
 
 
 @pytest.mark.perf
 @pytest.mark.parametrize(("group", "arm"), _pool_arms(IPC))
-def test_ipc_arm_against_this_hosts_pool(group: LiveGroup, arm: str, perf_live) -> None:  # type: ignore[no-untyped-def]
-    perf_live.arm(group, arm)
+def test_ipc_arm_against_this_hosts_pool(group: Group, arm: str, perf_gpu_tier) -> None:  # type: ignore[no-untyped-def]
+    perf_gpu_tier.arm(group, arm)
 
 
 # ------------------------------------------------------------------------------- the per-pull-request smoke subset
@@ -86,11 +86,11 @@ def test_ipc_arm_against_this_hosts_pool(group: LiveGroup, arm: str, perf_live) 
 @pytest.mark.parametrize(("group", "contrast"), [
     pytest.param(g, g.contrasts[0], marks=known_regression(KNOWN[g.contrasts[0].label]), id=g.id)
     for g in (SMOKE_CPU, SMOKE_IPC)])
-def test_smoke_known_regression(group: LiveGroup, contrast: Contrast, perf_live) -> None:  # type: ignore[no-untyped-def]
-    perf_live.check(group, contrast)
+def test_smoke_known_regression(group: Group, contrast: Contrast, perf_gpu_tier) -> None:  # type: ignore[no-untyped-def]
+    perf_gpu_tier.check(group, contrast)
 
 
 @pytest.mark.smoke
 @known_regression(KNOWN["stock >= 0.9x cache on"])
-def test_smoke_stock_ipc_caches_pool_handles(perf_live) -> None:  # type: ignore[no-untyped-def]
-    perf_live.counter(SMOKE_IPC, STOCK_IPC)
+def test_smoke_stock_ipc_caches_pool_handles(perf_gpu_tier) -> None:  # type: ignore[no-untyped-def]
+    perf_gpu_tier.counter(SMOKE_IPC, STOCK_IPC)

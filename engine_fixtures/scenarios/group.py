@@ -1,24 +1,31 @@
-"""One engine, many arms, declared: ``LiveGroup`` (the launch and its arms), ``Arm`` and ``Contrast``.
+"""The one declaration of the GPU tier: a ``Group`` of arms and the ``Contrast``s between them.
 
-A group is one engine launch (``engine``: transport, model, parallelism, the load's concurrency and image size,
-and the quota every arm gets unless it names its own) and the arms switched live on it (``Arm``: the copy path,
-the IPC pool-handle cache, the tokenizer manager's thread cap, named patches, the CPU quota). The runner
-(``scenarios.live_runs``) serves the arms in mirrored blocks on that one engine and proves each visit;
-``Contrast`` declares what two arms must satisfy: ``candidate >= bound x reference`` in every judged metric
-family (throughput, TTFT and TPOT, the CPU per request of the role the arms differ in, GPU utilisation), judged
-from the per-block effects (``judge.paired.judge_contrast``). A contrast that a released SGLang is known to break
-is declared on its test with ``known_regression(...)``, as the invariants are.
+An ``Arm`` is one of two kinds:
 
-Each arm's windows are also a result of their own, filed under ``LiveGroup.key(spec, arm)`` (the engine's key with
-the live axes and ``/live``): a pool of such runs catches drift on one host over time; it is never what a fresh
-runner's verdict rests on.
+- a **live arm** of the group's launch (``Group.engine``): the copy path, the IPC pool-handle cache, the tokenizer
+  manager's thread cap, named patches, the CPU quota and the load, switched live on that one engine between visits
+  and proved at every visit;
+- a **launch of its own** (``Arm(launch=EngineScenario(...), build=...)``): what cannot switch live, the transport or
+  the build (the A/B of two builds, ``Group.ab``), served as launched.
+
+The runner (``scenarios.runner``) serves the arms in mirrored blocks. Arms of one launch share one engine instance,
+so the offset between two engine starts cancels and the block is the unit of every contrast; arms of several launches
+are started together, one at a time with one KV size (``engine.group``), in fresh instance groups, and the instance
+group is the unit. A ``Contrast`` reads ``candidate >= bound x reference`` in each of its metric families
+(throughput, TTFT and TPOT, the CPU per request of the role the arms differ in, and any it adds), judged from those
+units (``judge.paired.judge_contrast``). A group without contrasts (one launch measured alone: ``Group.launch``) is
+judged against this host's pool. A contrast that a released SGLang is known to break is declared on its test with
+``known_regression(...)``. ``CounterBound`` is an exact count of one arm against a limit.
+
+The CPU tier declares its invariants with the same ``Contrast`` (one metric each, judged per round).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from engine_fixtures.engine.build import EngineBuild
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.loadgen.workload import IMAGE_CONTENTS
@@ -46,6 +53,7 @@ QUOTA_THREADS = "quota"  # Arm.threads: the arm's CPU quota in whole cores (at l
 # The roles whose CPU an axis changes (SGLang's processes by title): the copy and its threads run in the
 # tokenizer manager (the HTTP server process), the IPC cache opens handles in the scheduler.
 PATCH_ROLES: Mapping[str, str] = {"slow-scheduler": "scheduler", "slow-tokenizer": "http_server"}
+AB_REFERENCE, AB_CANDIDATE = "reference", "candidate"
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,9 @@ class Arm:
     # A measured row, not a side of a contrast: served in the first ``blocks`` blocks only (its level with an
     # interval over those blocks); None: every block the group measures.
     blocks: int | None = None
+    # A launch of its own (served as launched, nothing switched live), and its build (None: --perf-candidate).
+    launch: EngineScenario | None = None
+    build: EngineBuild | None = None
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
@@ -78,6 +89,11 @@ class Arm:
         if isinstance(self.threads, str) and self.threads != QUOTA_THREADS:
             raise ConfigError(f"arm {self.name}: threads={self.threads!r}: an int >= 1, None (as launched) or "
                               f"{QUOTA_THREADS!r} (the arm's CPU quota in whole cores)")
+        if self.launch is not None and replace(self, launch=None, build=None) != Arm(self.name):
+            raise ConfigError(f"arm {self.name} is a launch of its own, served as launched: declare its copy, cache, "
+                              "quota and load on its EngineScenario, not on the arm")
+        if self.build is not None and self.launch is None:
+            raise ConfigError(f"arm {self.name}: a build is a launch; give the arm launch=EngineScenario(...)")
         try:
             LiveArm(self.copy, self.ipc_cache, None if self.threads == QUOTA_THREADS else self.threads,  # type: ignore[arg-type]
                     self.patches)
@@ -107,7 +123,10 @@ class Arm:
         return replace(self, threads=max(1, int(cores)))
 
     def scenario(self, engine: EngineScenario) -> EngineScenario:
-        """The group engine's scenario with this arm's load (what its windows are measured and keyed under)."""
+        """The scenario this arm's windows are measured and keyed under: its own launch, or the group engine's with
+        this arm's load."""
+        if self.launch is not None:
+            return self.launch
         load = {k: v for k, v in (("concurrency", self.concurrency), ("image_px", self.image_px),
                                   ("image_content", self.image_content)) if v is not None}
         return replace(engine, **load) if load else engine
@@ -133,6 +152,8 @@ class Contrast:
     report: tuple[str, ...] = REPORTED  # measured and shown with their interval, never gating (say why in ``why``)
 
     def __post_init__(self) -> None:
+        if not self.bound > 0:
+            raise ConfigError(f"contrast {self.label!r}: bound must be > 0, got {self.bound}")
         if not set(self.metrics) - set(self.report):
             raise ConfigError(f"contrast {self.label!r}: every metric of {list(self.metrics)} is reported (report="
                               f"{list(self.report)}), so nothing gates it; name a gating metric (TPOT gates as "
@@ -144,36 +165,108 @@ class Contrast:
 
 
 @dataclass(frozen=True)
-class LiveGroup:
+class CounterBound:
+    """An exact count of one arm against a limit, no statistics: ``at_most`` every value stays at or below it
+    (IPC handle opens per image with the pool-handle cache: ~0, never ~1); ``at_least`` the peak over the
+    values reaches it (the largest batch the scheduler ran reaches min(concurrency, max_running_requests) when no
+    hidden cap holds it). Both are per-segment metrics: one value per measured segment (visit), not per window."""
+
+    label: str
+    metric: str
+    arm: str
+    limit: float
+    why: str = ""
+    kind: str = "at_most"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("at_most", "at_least"):
+            raise ConfigError(f"CounterBound kind {self.kind!r}: use 'at_most' or 'at_least'")
+
+    @property
+    def id(self) -> str:
+        return self.label.replace(" ", "-")
+
+
+@dataclass(frozen=True)
+class Group:
+    """Arms served in mirrored blocks and the contrasts between them. ``engine``: the launch its live arms switch on
+    (None when every arm is a launch of its own). ``ab``: the A/B of two builds, judged over its launch's gating
+    metrics (``judge.gating``) instead of the contrast's families."""
+
     id: str
-    engine: EngineScenario
-    arms: tuple[Arm, ...]
+    engine: EngineScenario | None = None
+    arms: tuple[Arm, ...] = ()
     contrasts: tuple[Contrast, ...] = field(default=())
+    ab: bool = False
 
     def __post_init__(self) -> None:
         names = [a.name for a in self.arms]
-        if len(names) < 2 or len(set(names)) != len(names):
-            raise ConfigError(f"live group {self.id}: needs two or more arms with distinct names, got {names}")
+        if not names or len(set(names)) != len(names):
+            raise ConfigError(f"group {self.id}: needs arms with distinct names, got {names}")
+        if len(names) < 2 and self.contrasts:
+            raise ConfigError(f"group {self.id}: a contrast needs two arms")
         for c in self.contrasts:
             for who in (c.reference, c.candidate):
                 if who not in names:
-                    raise ConfigError(f"live group {self.id}: contrast {c.label!r} names arm {who!r}; arms are "
+                    raise ConfigError(f"group {self.id}: contrast {c.label!r} names arm {who!r}; arms are "
                                       f"{', '.join(names)}")
+        live = [a for a in self.arms if a.launch is None]
+        if live and self.engine is None:
+            raise ConfigError(f"group {self.id}: arm {live[0].name} switches live, so the group needs engine="
+                              "EngineScenario(...) to switch it on (or give the arm a launch of its own)")
+        if live and len(live) != len(names):
+            raise ConfigError(f"group {self.id}: arms switched live on one engine and launches of their own are two "
+                              "groups; declare them apart")
+        if not live:
+            loads = {(a.launch.concurrency, a.launch.image_px, a.launch.output_tokens) for a in self.arms}  # type: ignore[union-attr]
+            if len(loads) > 1:
+                raise ConfigError(f"group {self.id}: launches are compared under one load; they declare "
+                                  f"(concurrency, image px, output tokens) {sorted(loads)}")
+        self._check_live(live)
+
+    def _check_live(self, live: Sequence[Arm]) -> None:
+        if not live or self.engine is None:
+            return
         contrasted = {n for c in self.contrasts for n in (c.reference, c.candidate)}
         bucket = graph_bucket(self.engine.concurrency)
-        for a in self.arms:
+        for a in live:
             if a.blocks is not None and a.name in contrasted:
-                raise ConfigError(f"live group {self.id}: arm {a.name} is measured in {a.blocks} blocks only (a "
+                raise ConfigError(f"group {self.id}: arm {a.name} is measured in {a.blocks} blocks only (a "
                                   "measured row); a contrast needs arms served in every block")
             if a.concurrency is not None and a.concurrency > bucket:
-                raise ConfigError(f"live group {self.id}: arm {a.name} loads at concurrency {a.concurrency}, above "
+                raise ConfigError(f"group {self.id}: arm {a.name} loads at concurrency {a.concurrency}, above "
                                   f"the engine's CUDA-graph bucket {bucket}; raise the group engine's concurrency")
             if self.engine.transport != "cpu" and (a.copy != "stock" or a.threads is not None):
-                raise ConfigError(f"live group {self.id}: arm {a.name} switches the SHM copy, but the engine's "
+                raise ConfigError(f"group {self.id}: arm {a.name} switches the SHM copy, but the engine's "
                                   f"transport is {self.engine.transport}; put it in a group with transport='cpu'")
             if self.engine.transport != "cuda_ipc" and a.ipc_cache != "stock":
-                raise ConfigError(f"live group {self.id}: arm {a.name} switches the IPC cache, but the engine's "
+                raise ConfigError(f"group {self.id}: arm {a.name} switches the IPC cache, but the engine's "
                                   f"transport is {self.engine.transport}; put it in a group with transport='cuda_ipc'")
+
+    @classmethod
+    def launch(cls, scenario: EngineScenario) -> Group:
+        """One launch measured alone, judged against this host's pool."""
+        return cls(scenario.id, arms=(Arm(scenario.id, launch=scenario),))
+
+    @classmethod
+    def ab_of(cls, scenario: EngineScenario, reference: EngineBuild, candidate: EngineBuild,
+              metrics: Sequence[str] = FAMILIES) -> Group:
+        """The A/B of two builds of one launch (``--perf-reference``)."""
+        return cls(f"ab/{scenario.id}", arms=(Arm(AB_REFERENCE, launch=scenario, build=reference),
+                                              Arm(AB_CANDIDATE, launch=scenario, build=candidate)),
+                   contrasts=(Contrast("candidate vs reference", AB_REFERENCE, AB_CANDIDATE, 1.0, tuple(metrics),
+                                       why="the A/B: the candidate build is no slower than the reference"),),
+                   ab=True)
+
+    @property
+    def live(self) -> bool:
+        """Its arms switch live on one engine (else each is a launch of its own)."""
+        return self.arms[0].launch is None
+
+    @property
+    def separate(self) -> bool:
+        """Several launches: the unit of its contrasts is the fresh instance group, not the block."""
+        return not self.live and len(self.arms) > 1
 
     def order(self, names: list[str], block: int, open_labels: Collection[str] | None = None) -> list[str]:
         """The arms of ``names`` served in ``block``: a measured row only in its first ``blocks``; an arm of contrasts
@@ -186,7 +279,7 @@ class LiveGroup:
         return [n for n in names if ((b := self.arm(n).blocks) is None or block < b)
                 and (needed is None or n not in contrasted or n in needed)]
 
-    def resolved(self, cores_of: Callable[[Arm], float | None]) -> LiveGroup:
+    def resolved(self, cores_of: Callable[[Arm], float | None]) -> Group:
         """The group with every arm's ``threads=QUOTA_THREADS`` made concrete (``Arm.resolved``) for the quota
         ``cores_of(arm)`` it is served under."""
         return replace(self, arms=tuple(a.resolved(cores_of(a)) for a in self.arms))
@@ -200,44 +293,58 @@ class LiveGroup:
 
     @property
     def peak_concurrency(self) -> int:
-        return max(a.concurrency or self.engine.concurrency for a in self.arms)
+        return max(a.scenario(self.engine).concurrency for a in self.arms)  # type: ignore[arg-type]
+
+    def scenario_of(self, arm: Arm) -> EngineScenario:
+        return arm.scenario(self.engine)  # type: ignore[arg-type]
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
             if a.name == name:
                 return a
-        raise ConfigError(f"live group {self.id} has no arm {name!r}: it has {', '.join(a.name for a in self.arms)}")
+        raise ConfigError(f"group {self.id} has no arm {name!r}: it has {', '.join(a.name for a in self.arms)}")
 
     def contrast(self, label: str) -> Contrast:
         for c in self.contrasts:
             if c.label == label:
                 return c
-        raise ConfigError(f"live group {self.id} has no contrast {label!r}")
+        raise ConfigError(f"group {self.id} has no contrast {label!r}")
 
     def families(self, contrast: Contrast) -> tuple[str, ...]:
-        """The contrast's metrics, ``cpu_s_per_request.<role>`` resolved to the roles its two arms differ in."""
+        """The contrast's metrics, ``cpu_s_per_request.<role>`` resolved to the roles its two arms differ in (the copy
+        and its threads run in the tokenizer manager, the IPC handles open in the scheduler, a build changes either,
+        a named patch runs where ``PATCH_ROLES`` says)."""
         ref, cand = self.arm(contrast.reference), self.arm(contrast.candidate)
+        rs, cs = self.scenario_of(ref), self.scenario_of(cand)
         roles: list[str] = []
-        if ref.copy != cand.copy or ref.threads != cand.threads:
+        if (rs.transport, rs.copy, ref.copy, ref.threads) != (cs.transport, cs.copy, cand.copy, cand.threads):
             roles.append("http_server")
-        if ref.ipc_cache != cand.ipc_cache:
+        if (rs.transport, rs.ipc_cache, ref.ipc_cache) != (cs.transport, cs.ipc_cache, cand.ipc_cache):
             roles.append("scheduler")
         for name in sorted(set(ref.patch_ms) | set(cand.patch_ms)):
             if ref.patch_ms.get(name) != cand.patch_ms.get(name):
                 roles.append(PATCH_ROLES.get(name, "http_server"))
+        if ref.build != cand.build:
+            roles += ["http_server", "scheduler"]
         out: list[str] = []
         for m in contrast.metrics:
             names = [f"cpu_s_per_request.{r}" for r in dict.fromkeys(roles)] if m == ROLE_FAMILY else [m]
             out += [n for n in names if n not in out]
         return tuple(out)
 
-    @staticmethod
-    def key(spec: EngineSpec, scenario: EngineScenario, arm: Arm, cores: float | None) -> str:
-        """The arm's storage key: the engine key of its live axes and quota, the thread cap and patches, ``/live``."""
+    def key(self, spec: EngineSpec, arm: Arm, cores: float | None) -> str:
+        """The arm's storage key. A live arm: the engine key of its live axes and quota, the thread cap and patches,
+        ``/live``. A launch: its engine key, plus ``/group=<id>`` in a group of launches (``/build=reference`` for
+        the A/B's reference; the candidate and a launch measured alone keep the launch's own key)."""
+        if arm.launch is not None:
+            base = EngineScenario.key(spec, arm.launch)
+            if self.ab:
+                return base + ("/build=reference" if arm.name == AB_REFERENCE else "")
+            return base + (f"/group={self.id}" if self.separate else "")
         live = spec.with_(copy=arm.copy if spec.mm_feature_transport == "cpu" else "stock",
                           ipc_cache=arm.ipc_cache if spec.mm_feature_transport == "cuda_ipc" else "stock",
                           cpu_quota=cores)
-        base = EngineScenario.key(live, arm.scenario(scenario))
+        base = EngineScenario.key(live, self.scenario_of(arm))
         extra = "" if arm.threads is None else f"/threads={arm.threads}"
         extra += "".join(f"/{n}={ms:g}" for n, ms in arm.live().patches)
         head, _, load = base.rpartition("/model=")

@@ -1,0 +1,307 @@
+"""``GroupRunner``: the one runner of the GPU tier, without pytest. ``measure(group)`` returns what it measured.
+
+1. Starts the group's engines (``--perf-candidate`` build unless an arm names its own; quota, GPUs and CPU set of this
+   machine), each linted for hidden caps and loaded until it completes a full concurrency (first light): the one
+   engine of a live group (reused from the factory), or a fresh instance group of separate launches (one at a time,
+   equal KV pools, ``engine.group``) for every unit, the previous one proved and stopped first.
+2. Measures mirrored blocks (``scenarios.blocks_run.measure``) until every contrast is decided (a group without
+   contrasts: until its arms' verdicts against this host's pool are). A visit to a live arm sets its quota, switches
+   the plugin's live arm (``EngineHandle.set_arm``, proved by every engine process) and refuses its windows unless the
+   segment's proof counters say the arm served them; an arm of its own launch is served as launched and its launch
+   arm is proved (``engine.proof.assert_arm``) before its engine stops.
+3. Profiles, where a verdict asks for it (``--perf-profile``): a contrast's two arms, candidate then reference; an arm
+   judged against its pool, against the profile stored beside it.
+4. Returns every arm's windows as a ``RunResult`` with its verdicts against this host's pool; a null A/B (the same
+   build on both sides, nothing injected) adds its per-unit effects to this host's A/A history.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine_fixtures.engine import proof as arm_proof
+from engine_fixtures.engine.build import with_patch
+from engine_fixtures.engine.factory import EngineFactory
+from engine_fixtures.engine.group import start_group
+from engine_fixtures.engine.handle import EngineHandle
+from engine_fixtures.engine.lint import check_caps
+from engine_fixtures.engine.proof import ArmProof
+from engine_fixtures.engine.spec import EngineSpec, with_quota_setting
+from engine_fixtures.errors import MeasurementError
+from engine_fixtures.judge.metrics import metric
+from engine_fixtures.judge.verdicts import Verdict
+from engine_fixtures.loadgen.workload import WorkloadSpec
+from engine_fixtures.options import Settings
+from engine_fixtures.profile.engine import ProfileSettings, explain_ab, explain_history
+from engine_fixtures.profile.report import ProfileBook
+from engine_fixtures.scenarios.blocks_run import GroupRun, Judging, contrast_verdicts, measure, open_cells, unit_effects
+from engine_fixtures.scenarios.engine import EngineScenario
+from engine_fixtures.scenarios.group import AB_CANDIDATE, AB_REFERENCE, Arm, Group
+from engine_fixtures.scenarios.load import SessionLoad
+from engine_fixtures.scenarios.results import arm_result, budget_of, run_meta, visit_warmup
+from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
+from engine_fixtures.scenarios.timeline import Timeline
+from engine_fixtures.store.null_history import NullHistory, null_entry, shape_key
+from engine_fixtures.store.results import RunResult
+
+PoolVerdicts = Callable[[RunResult], list[Verdict]]  # an arm's result against this host's pool (the test's floor)
+
+
+@dataclass(frozen=True)
+class RunnerEnv:
+    """What the runner needs of the session: the engines, the load client, the settings, the model, the floor of the
+    test that asked first, the judge against this host's pools, where profiles and the A/A history go."""
+
+    factory: EngineFactory
+    load: SessionLoad
+    settings: Settings
+    model: Path
+    floor: float | None
+    pool_verdicts: PoolVerdicts
+    profiles: ProfileBook
+    pool_path: Callable[[str], Path]
+    null_history: NullHistory
+    history_id: str  # this run's id in the A/A history (machine key and run token)
+    on_engine: Callable[[EngineHandle], None] = lambda _e: None  # a new engine (its log tail for a failing test)
+
+
+@dataclass(frozen=True)
+class Measured:
+    group: Group  # as served (thread caps resolved)
+    run: GroupRun
+    judging: Judging
+    results: Mapping[str, RunResult]  # per arm
+    pools: Mapping[str, list[Verdict]]  # per arm, against this host's pool
+    timeline: str
+    profiles: Mapping[str, str] = field(default_factory=dict)  # contrast label or arm name -> failure text
+    findings: tuple[str, ...] = ()
+
+    def verdicts(self, label: str) -> list[Verdict]:
+        run = self.run
+        return contrast_verdicts(self.group, self.group.contrast(label), run.windows, run.block_unit, self.judging)
+
+
+class GroupRunner:
+    def __init__(self, env: RunnerEnv) -> None:
+        self.env = env
+        self.settings = env.settings
+
+    # ------------------------------------------------------------------ launches
+    def spec(self, arm: Arm, group: Group) -> EngineSpec:
+        """The launch that serves ``arm``: its own, or the group's with the named patches its live arms switch
+        installed at 0 ms (the plugin can only change the milliseconds of a patch the engine was started with)."""
+        build = arm.build if arm.build is not None else self.settings.candidate
+        if arm.launch is None:
+            names = sorted({n for a in group.arms for n, _ in a.patches})
+            build = with_patch(build, dict.fromkeys(names, 0.0)) if names else build
+        spec = group.scenario_of(arm) if arm.launch is not None else group.engine
+        out = spec.spec(self.env.model, self.settings.gpus, build, cpus=self.env.load.split.engine)  # type: ignore[union-attr]
+        return with_quota_setting(out, self.settings.cpu_quota, self.settings.sources.get("cpu_quota", "default"))
+
+    def _engines(self, specs: list[EngineSpec], timeline: Timeline) -> tuple[EngineHandle, ...]:
+        """Ready engines for ``specs`` (several: one at a time, equal KV pools); starts and quota changes timed."""
+        factory = self.env.factory
+        started, changes, t0 = factory.started, factory.quota_changes, time.monotonic()
+        engines = start_group(factory, specs) if len(specs) > 1 else (factory.get(specs[0]),)
+        names = ", ".join(e.instance for e in engines)
+        if factory.started > started:
+            timeline.add("engine", f"start {names}", t0, time.monotonic(), names)
+        elif factory.quota_changes > changes:
+            timeline.add("quota", f"quota -> {specs[0].cpu_quota} on {names}", t0, time.monotonic(), names)
+        for e in engines:
+            self.env.on_engine(e)
+        return tuple(engines)
+
+    def _ready(self, engine: EngineHandle, scenario: Any, timeline: Timeline) -> None:
+        if scenario.lint:
+            check_caps(engine.config, scenario.concurrency)  # a hidden cap would make every number meaningless
+        self.env.load.first_light(engine, scenario.workload(), timeline)
+
+    def _stop(self, live: dict[str, EngineHandle], timeline: Timeline, *, release: bool, prove: bool = True) -> None:
+        """Prove the launch arm of every engine of launches measured (once each; a live group's engine serves its
+        arms, each proved at its visit), then stop them if ``release``."""
+        engines = [e for e in dict.fromkeys(live.values()) if e in self.env.factory.live()]
+        live.clear()
+        if not engines or not (prove or release):
+            return
+        with timeline.span("stop", "proof of the launch arms" + (" and stop" if release else "")):
+            try:
+                for engine in engines if prove else ():
+                    if engine.spec.proof:
+                        arm_proof.assert_arm(engine.spec, engine.proof())
+            finally:
+                for engine in engines if release else ():
+                    self.env.factory.release(engine.spec)
+
+    # ------------------------------------------------------------------ measuring
+    def measure(self, group: Group) -> Measured:
+        timeline = Timeline()
+        specs = {a.name: self.spec(a, group) for a in group.arms}
+        workloads = {a.name: group.scenario_of(a).workload() for a in group.arms}
+        for w in dict.fromkeys(workloads.values()):
+            self.env.load.stream.prepare(w)  # the client encodes the images while the engines start
+        applied = self.settings.cpu_quota.applied
+        if group.live:
+            launch = specs[group.arms[0].name]
+            group = group.resolved(lambda a: applied(a.cores(launch.cpu_quota)))  # thread caps
+        live: dict[str, EngineHandle] = {}
+        served: dict[str, list[str]] = {a.name: [] for a in group.arms}
+        requests: dict[str, list[dict[str, Any]]] = {a.name: [] for a in group.arms}
+        switched: dict[str, ArmProof] = {}  # the proof of the latest switch, read with no load since
+
+        def start(unit: int) -> None:
+            self._stop(live, timeline, release=True)
+            names = [a.name for a in group.arms]
+            random.shuffle(names)  # no launch always starts first (work directory, port, GPU memory)
+            fresh = [specs[n].with_(name=f"{specs[n].name}-{n}-g{unit}") for n in names]
+            for name, engine in zip(names, self._engines(fresh, timeline), strict=True):
+                self._ready(engine, group.scenario_of(group.arm(name)), timeline)
+                live[name] = engine
+
+        def switch(arm: Arm) -> EngineHandle:
+            engine = live[arm.name]
+            cores = applied(arm.cores(launch.cpu_quota))
+            if engine.spec.cpu_quota != cores:
+                (engine,) = self._engines([launch.with_(cpu_quota=cores)], timeline)
+                live.update(dict.fromkeys(live, engine))
+            with timeline.span("switch", f"arm {arm.name}", engine.instance):
+                switched["proof"] = engine.set_arm(arm.live())
+            return engine
+
+        def visit(arm: Arm, n: int, _unit: int) -> list[dict[str, float]]:
+            engine = switch(arm) if group.live else live[arm.name]
+            served[arm.name] += [engine.instance] * n
+            plan = SegmentPlan(workloads[arm.name], n, self.settings.window_s, visit_warmup(group, self.settings),
+                               self.settings.sample_hz)
+            if not group.live:
+                return measure_segment(engine, self.env.load.stream, plan, timeline, engine.instance,
+                                       requests=requests[arm.name])
+
+            def proved(before: ArmProof, after: ArmProof) -> None:
+                problems = arm_proof.live_arm_problems(engine.spec, arm.live(), before, after)
+                if problems:
+                    raise MeasurementError(f"arm {arm.name} ({arm.live().label}) did not serve its visit as "
+                                           f"requested, so its windows are not measurements: {'; '.join(problems)}")
+
+            return measure_segment(engine, self.env.load.stream, plan, timeline, engine.instance, check=proved,
+                                   requests=requests[arm.name], before=switched.pop("proof"))
+
+        budget, per_unit = budget_of(group, self.settings)
+        judging = self._judging(group, specs, budget.maximum, budget.alpha_per_look())
+
+        def undecided(windows, block_unit, alpha):  # type: ignore[no-untyped-def]
+            if group.contrasts or group.row_blocks is not None:
+                return open_cells(group, windows, block_unit, Judging(alpha, budget.maximum, judging.floor,
+                                                                      judging.detect, judging.null_for,
+                                                                      judging.ab_axes))
+            return [f"{name}: {v.metric}" for name in windows
+                    for v in self.env.pool_verdicts(self._result(group, name, windows[name], live, specs, served,
+                                                                 timeline, {"alpha_per_look": alpha}))
+                    if v.status == "inconclusive"]
+
+        if not group.separate:
+            (engine,) = self._engines([specs[group.arms[0].name]], timeline)
+            self._ready(engine, group.engine if group.live else group.arms[0].launch, timeline)
+            live.update(dict.fromkeys(specs, engine))
+        run = measure(group, budget, visit, undecided, start=start if group.separate else None,
+                      blocks_per_unit=per_unit)
+        meta = self._meta(group, run, per_unit, requests)
+        results = {a.name: self._result(group, a.name, run.windows[a.name], live, specs, served, timeline, meta[a.name])
+                   for a in group.arms}
+        pools = {name: self.env.pool_verdicts(r) for name, r in results.items()}
+        judging = Judging(run.alpha_per_look, run.budget_units, judging.floor, judging.detect, judging.null_for,
+                          judging.ab_axes)
+        measured = Measured(group, run, judging, results, pools, "")
+        profiles = self._profile(measured, live, switch if group.live else None, workloads)
+        self._stop(live, timeline, release=group.separate, prove=not group.live)
+        timeline.close()
+        findings = self._record_null(measured, specs)
+        return Measured(group, run, judging, results, pools, f"{group.id}: {timeline.describe()}", profiles, findings)
+
+    def _judging(self, group: Group, specs: Mapping[str, EngineSpec], budget: int, alpha: float) -> Judging:
+        if not group.separate:
+            return Judging(alpha, budget, self.env.floor)
+        first = specs[group.arms[0].name]
+        shape = shape_key(arm_result_key(group, first), first.cpu_quota)
+        blocks, window_s = self.settings.ab_blocks, self.settings.window_s
+        history = self.env.null_history
+        return Judging(alpha, budget, self.env.floor, self.settings.ab_detect,
+                       lambda n: history.sample(shape, n, blocks, window_s),
+                       specs[AB_CANDIDATE].arm if group.ab else None)
+
+    def _meta(self, group: Group, run: GroupRun, per_unit: int,
+              requests: Mapping[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+        return {a.name: run_meta(group, a, run, per_unit, requests[a.name]) for a in group.arms}
+
+    def _result(self, group: Group, name: str, windows: Any, live: Mapping[str, EngineHandle],
+                specs: Mapping[str, EngineSpec], served: Mapping[str, list[str]], timeline: Timeline,
+                meta: dict[str, Any]) -> RunResult:
+        arm = group.arm(name)
+        spec = specs[name]
+        cores = self.settings.cpu_quota.applied(arm.cores(spec.cpu_quota)) if group.live else spec.cpu_quota
+        engine = live.get(name)
+        return arm_result(group, arm, spec, cores, engine, [w for _, w in windows], self.settings, meta,
+                          timeline, served[name][:len(windows)])
+
+    def _profile(self, measured: Measured, live: Mapping[str, EngineHandle],
+                 switch: Callable[[Arm], EngineHandle] | None, workloads: Mapping[str, WorkloadSpec]) -> dict[str, str]:
+        """The differential profile of each contrast whose verdicts ask for one, arm against arm on the engines just
+        measured; of an arm judged against its pool alone, against the profile stored beside the pool."""
+        group, out = measured.group, {}
+
+        def build(name: str) -> tuple[Any, Callable[[float], int]]:
+            engine = live[name]
+            url = (lambda: switch(group.arm(name)).url) if switch is not None else (lambda: engine.url)
+            return engine.pids(), self._drive(url, workloads[name])
+
+        for c in group.contrasts:
+            statuses = [v.status for v in measured.verdicts(c.label)]
+            ps = ProfileSettings.from_settings(self.settings, live[c.candidate].workdir / "profiles" / c.id)
+            if ps.wanted(statuses):
+                out[c.label] = explain_ab(self.env.profiles, [contrast_scenario(group, c.label)], statuses, ps,
+                                          candidate=build(c.candidate), reference=build(c.reference))
+        if not group.contrasts and group.row_blocks is None:
+            for name, result in measured.results.items():
+                statuses = [v.status for v in measured.pools[name]]
+                ps = ProfileSettings.from_settings(self.settings, live[name].workdir / "profiles")
+                out[name] = explain_history(self.env.profiles, [result.scenario], statuses, ps, build(name),
+                                            self.env.pool_path(result.scenario))
+        return out
+
+    def _drive(self, url: Callable[[], str], workload: WorkloadSpec) -> Callable[[float], int]:
+        """Load for a profile window (after the verdicts, never measured): the requests completed in it. ``url`` is
+        asked at the start of each window (a live arm is switched there first)."""
+        def drive(seconds: float) -> int:
+            seg = self.env.load.stream.segment(url(), workload, self.settings.warmup_s, seconds)
+            return len(seg.completed_in(seg.measure_at, seg.stop_at))
+        return drive
+
+    def _record_null(self, measured: Measured, specs: Mapping[str, EngineSpec]) -> tuple[str, ...]:
+        """A null A/B (the same build on both sides, nothing injected) adds its per-unit effects to the history."""
+        group, run = measured.group, measured.run
+        if not group.ab or group.arm(AB_REFERENCE).build != group.arm(AB_CANDIDATE).build or self.settings.inject:
+            return ()
+        ref, cand = run.windows[AB_REFERENCE], run.windows[AB_CANDIDATE]
+        names = sorted({k for _, w in cand for k in w if metric(k).judged and metric(k).direction != "none"})
+        units = {n: unit_effects(n, ref, cand, run.block_unit)[1] for n in names}
+        first = specs[AB_REFERENCE]
+        path = self.env.null_history.record(shape_key(arm_result_key(group, first), first.cpu_quota),
+                                            null_entry(self.env.history_id, self.settings.ab_blocks,
+                                                       self.settings.window_s, units))
+        return (f"A/A history: a null A/B of {run.units} engine pair(s) was added to {path}",)
+
+
+def arm_result_key(group: Group, spec: EngineSpec) -> str:
+    """The key of a group's first launch, the A/A history's shape key is read from."""
+    return EngineScenario.key(spec, group.scenario_of(group.arms[0]))
+
+
+def contrast_scenario(group: Group, label: str) -> str:
+    """The name a contrast's rows are recorded under: ``live/<group>: <label>`` on one engine, ``group/...``
+    across launches."""
+    return f"{'live' if group.live else 'group'}/{group.id}: {label}"
