@@ -43,6 +43,7 @@ from engine_fixtures.machine import HostIdentity, MachineInfo, host_of
 from engine_fixtures.report.table import markdown, rows_for, terminal_table
 from engine_fixtures.store import history
 from engine_fixtures.store.baselines import POOL_RUNS, Baseline, BaselineRun, BaselineStore, machine_keys
+from engine_fixtures.store.clean import is_clean
 from engine_fixtures.store.results import ResultsFile
 from engine_fixtures.store.update import Planned, apply, describe, last_clean_runs, plan_update, write_problem
 
@@ -226,7 +227,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         runs = [f for f in files if f.machine_key == key]
         for scenario in sorted({r.scenario for f in runs for r in f.results if _match(r.scenario, args.scenario)}):
             # every run that measured the build as it is (no injection, no A/B), whatever it was judged then
-            clean = [f for f in runs if not f.injection and not f.reference and _has(f, scenario)]
+            clean = [f for f in runs if is_clean(f, f.outcome(scenario), judged_bad=True) and _has(f, scenario)]
             faulty = [f for f in runs if f.injection and _has(f, scenario)]
             for i in range(args.pool, len(clean)):
                 _tally(counts, "clean", scenario, clean[i - args.pool:i], clean[i])

@@ -13,6 +13,6 @@ One module per concern:
 - ``store``: a profile kept beside a baseline pool (history mode).
 - ``engine``: the GPU tier's entry points for the engine runner (``profile_engine``, ``ab_differential``,
   ``history_differential``).
-- ``mech``: the CPU tier: the cpu_tier producer profiled in dedicated rounds after the verdicts.
+- ``cpu_tier``: the CPU tier: the cpu_tier producer profiled in dedicated rounds after the verdicts.
 - ``report``: the session's profile section (stash key, summary.md lines, HTML images).
 """

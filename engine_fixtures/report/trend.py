@@ -29,6 +29,7 @@ from matplotlib.figure import Figure
 from engine_fixtures.judge import changepoint
 from engine_fixtures.judge.changepoint import ChangePoint
 from engine_fixtures.judge.metrics import metric
+from engine_fixtures.store.clean import is_clean
 from engine_fixtures.store.history import HistoryStore, SeriesPoint
 from engine_fixtures.store.history import parse_date as _parse_date
 from engine_fixtures.store.results import ResultsFile
@@ -69,12 +70,18 @@ class Trend:
         return out
 
 
+def _of_build(p: SeriesPoint) -> bool:
+    """The point measured the build as it is (``store.clean``'s rule, whatever the run was judged: a trend draws
+    every run of the build, bad ones too, to find where it changed)."""
+    return is_clean(p, p.outcome, judged_bad=True)
+
+
 def trend(points: Sequence[SeriesPoint], alpha: float = 0.01, permutations: int = 999) -> Trend:
     """Levels and change points of one series. Injected and A/B runs do not describe the build: they are left
     out of the levels. A change smaller than the metric's declared floor (the smallest change the judge ever
     flags) is significant only because the runs are quiet: it is kept apart."""
     m = metric(points[0].metric)
-    levels = tuple(None if p.injection or p.reference else float(np.mean(m.scale.forward(p.values))) for p in points)
+    levels = tuple(float(np.mean(m.scale.forward(p.values))) if _of_build(p) else None for p in points)
     basis = [i for i, x in enumerate(levels) if x is not None]
     own = [levels[i] for i in basis]
     found = changepoint.detect(own, alpha=alpha, permutations=permutations) if len(own) >= 4 else []
@@ -119,7 +126,7 @@ def _panel(ax, t: Trend) -> None:
     ax.errorbar(xs, med, yerr=[lo, hi], fmt="none", ecolor="0.6", elinewidth=1, capsize=2, zorder=1)
     for x, y, p in zip(xs, med, t.points, strict=True):
         colour = COLOURS.get(p.status, "steelblue")
-        hollow = bool(p.injection or p.reference)
+        hollow = not _of_build(p)
         ax.scatter([x], [y], s=36, zorder=3, edgecolors=colour, linewidths=1.5,
                    facecolors="white" if hollow else colour)
     for a, b, level in t.regimes():
@@ -151,7 +158,7 @@ def figure(trends: Sequence[Trend], title: str, subtitle: str = "") -> Figure:
               "no-baseline": "no baseline yet", "report-only": "report only", "unjudged": "none recorded"}
     handles = [axes[0].scatter([], [], color=COLOURS[k], s=30, label=f"verdict: {label}")
                for k, label in labels.items() if k in seen]
-    if any(p.injection or p.reference for t in trends for p in t.points):
+    if not all(_of_build(p) for t in trends for p in t.points):
         handles.append(axes[0].scatter([], [], facecolors="white", edgecolors="0.3", s=30, label="injected / A-B run"))
     handles.append(axes[0].errorbar([], [], yerr=[], fmt="none", ecolor="0.6", label="its windows, min to max"))
     handles.append(axes[0].hlines([], 0, 0, colors="black", label="level between change points"))

@@ -27,13 +27,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
 from engine_fixtures.store import history_db
+from engine_fixtures.store.clean import MARKS, is_clean
 from engine_fixtures.store.history_db import HistoryError, connect, ensure_schema, resolve_url, shown, translated
 from engine_fixtures.store.history_schema import metrics, results, run_labels, runs, samples
 from engine_fixtures.store.results import RESULTS_FORMAT_VERSION, ResultsFile, RunResult
 
 __all__ = ["HistoryError", "HistoryStore", "RunSummary", "SeriesPoint", "parse_date", "series_of", "upgrade"]
 
-BAD = ("regression", "inconclusive")
 CHUNK = 500  # ids per IN (...) list when reading runs back
 
 
@@ -82,7 +82,8 @@ class SeriesPoint:
 
     @property
     def clean(self) -> bool:
-        return not self.injection and not self.reference and self.outcome not in BAD
+        """The run of the scenario is clean (``store.clean``): no injection, no A/B, not judged bad."""
+        return is_clean(self, self.outcome)
 
 
 def _sample_rows(metric_pk: int, name: str, result: RunResult) -> list[dict[str, Any]]:
@@ -343,19 +344,21 @@ class HistoryStore:
                          judged_bad: bool = False) -> dict[str, list[str]]:
         """Per scenario, the run ids of the newest ``k`` clean runs of ``machine_key`` (oldest first; none for a
         scenario whose every run was judged bad): no injection, no A/B reference, not judged regression or
-        inconclusive unless ``judged_bad`` (``--accept``; ``store.update.refusal`` decides again)."""
-        q = (sa.select(results.c.scenario, runs.c.run_id, results.c.outcome)
+        inconclusive unless ``judged_bad`` (``--accept``; ``store.update.refusal`` decides again). The rule is
+        ``store.clean``'s: the database leaves out the runs with a mark set (``clean.MARKS``; their scenarios are not
+        listed), the rule itself judges each row that is left."""
+        q = (sa.select(results.c.scenario, runs.c.run_id, results.c.outcome, *(runs.c[m] for m in MARKS))
              .select_from(runs.join(results, results.c.run_pk == runs.c.id))
-             .where(runs.c.machine_key == machine_key, runs.c.injection == "", runs.c.reference == "")
+             .where(runs.c.machine_key == machine_key, *(runs.c[m] == "" for m in MARKS))
              .order_by(runs.c.measured_at.desc(), runs.c.id.desc()))
         chosen: dict[str, list[str]] = {}
         with translated(self.url, "read"), self._read() as conn:
-            for scenario, run_id, outcome in conn.execute(q):
-                if pattern is not None and not fnmatch.fnmatchcase(scenario, pattern):
+            for row in conn.execute(q):
+                if pattern is not None and not fnmatch.fnmatchcase(row.scenario, pattern):
                     continue
-                ids = chosen.setdefault(scenario, [])
-                if len(ids) < k and run_id not in ids and (judged_bad or outcome not in BAD):
-                    ids.append(run_id)
+                ids = chosen.setdefault(row.scenario, [])
+                if len(ids) < k and row.run_id not in ids and is_clean(row, row.outcome, judged_bad=judged_bad):
+                    ids.append(row.run_id)
         return {s: list(reversed(v)) for s, v in sorted(chosen.items())}
 
 

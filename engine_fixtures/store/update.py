@@ -1,10 +1,10 @@
 """Guarded baseline updates, shared by ``pytest --perf-update-baselines`` and ``perf-baseline update``.
 
-- A run enters a pool only if it is *clean*: its verdicts for the scenario were ``pass``, ``improvement``
-  or none at all (a first run on a new machine has nothing to be judged against). A run judged ``regression``
-  or ``inconclusive`` is refused unless ``accept`` gives a reason, which is stored with the run; the verdicts
-  include the same-run invariants that compare the scenario with another arm (a known regression's expected
-  failure, ``xfail``, does not refuse it).
+- A run enters a pool only if it is *clean* (the rule is ``store.clean``'s): its verdicts for the scenario were
+  ``pass``, ``improvement`` or none at all (a first run on a new machine has nothing to be judged against). A run
+  judged ``regression`` or ``inconclusive`` is refused unless ``accept`` gives a reason, which is stored with the
+  run; the verdicts include the same-run invariants that compare the scenario with another arm (a known
+  regression's expected failure, ``xfail``, does not refuse it).
 - Runs measured with an injected slowdown or fault, or in an A/B comparison against a reference build, are
   never pooled: they do not describe the build.
 - A pool belongs to one host (``machine.HostIdentity``, recorded as the pool's ``host``): a run whose results
@@ -29,10 +29,9 @@ from pathlib import Path
 from engine_fixtures.errors import BaselineError
 from engine_fixtures.machine import HostIdentity, host_of
 from engine_fixtures.store.baselines import MAX_RUNS, POOL_RUNS, Baseline, BaselineRun, BaselineStore
+from engine_fixtures.store.clean import BAD_OUTCOMES, JUDGED, unclean
 from engine_fixtures.store.files import place_problem
 from engine_fixtures.store.results import ResultsFile
-
-BAD = ("regression", "inconclusive")
 
 
 @dataclass(frozen=True)
@@ -47,16 +46,18 @@ class Planned:
 
 
 def refusal(rf: ResultsFile, scenario: str, accept: str | None) -> str | None:
-    """Why this run of ``scenario`` may not enter a pool, or None."""
-    if rf.injection:
+    """Why this run of ``scenario`` may not enter a pool, or None: it is not clean (``store.clean``; judged bad
+    only without ``accept``) or has no host record."""
+    outcome = rf.outcome(scenario)
+    why = unclean(rf, outcome, judged_bad=bool(accept))
+    if why == "injection":
         return f"{rf.run_id}: measured with an injected slowdown or fault ({rf.injection}); never a baseline"
-    if rf.reference:
+    if why == "reference":
         return f"{rf.run_id}: an A/B run against {rf.reference}; never a baseline"
     if host_of(rf.machine) is None:
         return (f"{rf.run_id}: its results have no host record (written before hosts were recorded); a pool judges "
                 "only the host that recorded it, so a run of an unknown host is never pooled")
-    outcome = rf.outcome(scenario)
-    if outcome in BAD and not accept:
+    if why == JUDGED:
         rows = sorted(name for name, status in rf.verdicts.get(scenario, {}).items() if status == outcome)
         return (f"{rf.run_id}: {scenario} was judged {outcome} ({', '.join(rows)}); record it only with --accept "
                 "REASON (the reason is stored with the run)")
@@ -90,7 +91,7 @@ def plan_update(store: BaselineStore, runs: Sequence[ResultsFile], *, scenario_g
                 plans[result.scenario] = replace(plan, refused=(*plan.refused, why))
                 continue
             outcome = rf.outcome(result.scenario)
-            run = BaselineRun.from_result(result, rf, accepted=accept if outcome in BAD else None)
+            run = BaselineRun.from_result(result, rf, accepted=accept if outcome in BAD_OUTCOMES else None)
             after = plan.after.with_run(run, max_runs) if plan.after is not None else Baseline(
                 result.scenario, result.arm, store.machine_key, (run,), {"machine": dict(rf.machine)},
                 host_of(rf.machine))
@@ -152,8 +153,8 @@ def last_clean_runs(files: Sequence[ResultsFile], machine_key: str, k: int, scen
                     host: HostIdentity | None = None, accept: str | None = None) -> dict[str, list[ResultsFile]]:
     """Per scenario, the newest ``k`` clean runs of ``machine_key`` measured on ``host`` (oldest first; none for a
     scenario those runs measured but never cleanly); without ``host``, on the host of the newest run of
-    ``machine_key`` that records one (a pool is one host's). With ``accept``, runs judged regression or
-    inconclusive count too (``refusal``)."""
+    ``machine_key`` that records one (a pool is one host's). Clean is ``refusal``'s (``store.clean``'s rule): with
+    ``accept``, runs judged regression or inconclusive count too."""
     mine = sorted((f for f in files if f.machine_key == machine_key), key=lambda r: r.date, reverse=True)
     if host is None:
         host = next((h for f in mine if (h := host_of(f.machine)) is not None), None)
