@@ -27,8 +27,9 @@ from engine_fixtures.scenarios.load import SessionLoad
 from engine_fixtures.scenarios.pooled import measure_history
 from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
+from perf_tests.support import launcher
 
-STUB = ("-m", "engine_fixtures.testing.stub_engine")
+STUB = launcher("stub_engine")
 SCENARIO = EngineScenario("stub", concurrency=4, output_tokens=16)
 
 

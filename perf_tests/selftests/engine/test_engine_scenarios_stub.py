@@ -17,7 +17,7 @@ import pytest
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.invariants import Invariant
 
-STUB = ("-m", "engine_fixtures.testing.stub_engine")
+STUB = ("-m", "perf_tests.support.stub_engine")
 MS = os.environ.get("STUB_TOKEN_MS", "3")
 FAST = EngineScenario("fast", concurrency=4, output_tokens=12, launcher=STUB, proof=False, copy="buffer")
 SLOW = EngineScenario("slow", concurrency=4, output_tokens=12, launcher=STUB, proof=False, copy="torch")

@@ -11,7 +11,7 @@ import pytest
 from engine_fixtures.scenarios.rate_study import main, rate_rows
 from engine_fixtures.scenarios.segment import window_requests
 from engine_fixtures.store.results import ResultsFile, RunResult
-from engine_fixtures.testing.lockstep import closed_loop, segment_of
+from perf_tests.support.lockstep import closed_loop, segment_of
 
 C, PERIOD, WINDOW = 16, 0.65, 3.0
 
