@@ -12,5 +12,8 @@
   from one load segment; ``timeline``: where an arm's wall time went.
 - ``pooled``: ``measure_history`` (windows until the verdicts against this host's pool are decided) and
   ``engine_result`` (an engine's windows as a ``RunResult``, for every GPU runner).
-- ``ab_study``, ``window_study``, ``rate_study``: the H200 studies behind the A/B and window-length defaults.
+
+The H200 studies behind the A/B and window-length defaults (``ab_study``, ``window_study``, ``rate_study``,
+``block_sd``) are not product code: they live in ``perf_tests/sglang/gpu_studies`` (``python -m
+perf_tests.sglang.gpu_studies.rate_study`` from the repository root).
 """

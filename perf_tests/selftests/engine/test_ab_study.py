@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine_fixtures.judge.blocks import plan
-from engine_fixtures.scenarios.ab_study import SCENARIOS, judge_trial, render, study_group
+from perf_tests.sglang.gpu_studies.ab_study import SCENARIOS, judge_trial, render, study_group
 
 
 def trial_windows(rng: np.random.Generator, slow: list[float], groups: int, blocks: int):  # type: ignore[no-untyped-def]
@@ -53,7 +53,7 @@ def test_render_counts_every_size() -> None:
 
 def test_window_study_cuts_the_same_records_at_every_length() -> None:
     from engine_fixtures.loadgen.records import RequestRecord
-    from engine_fixtures.scenarios.window_study import study
+    from perf_tests.sglang.gpu_studies.window_study import study
 
     rng = np.random.default_rng(1)
     ends = np.sort(rng.uniform(0, 12, 600))  # 50 req/s over 12 s

@@ -1,7 +1,7 @@
 """How sensitive is the A/B gate of separate engines on a real engine? Inject slowdowns of known size and count
 detections.
 
-    python -m engine_fixtures.scenarios.ab_study --model DIR --scenario cpu-copy=buffer --sizes 0,5,10,20 \
+    python -m perf_tests.sglang.gpu_studies.ab_study --model DIR --scenario cpu-copy=buffer --sizes 0,5,10,20 \
         --pairs 3 --budget-s 540 --out DIR [--engine-cpus 0-11 --client-cpus 12-15]
 
 A group of engines (``scenarios.groups``): the reference and one candidate per size S, all of the installed SGLang,
