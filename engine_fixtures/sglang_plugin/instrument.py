@@ -23,8 +23,8 @@
   seq: the segment's two proofs bracket one arm's visit, and no arm check reads it.
 
 ``PERF_ARMS_SHM_MODULE`` names another module to take ``ShmPointerMMData`` from: the stub engine's stand-in
-(``engine_fixtures.testing.stub_copy``), and ``PERF_ARMS_SCHEDULER_MODULE`` another scheduler module (the stub's
-``engine_fixtures.testing.stub_scheduler``), for the self-tests only; ``EngineSpec`` never sets them.
+(``perf_tests.support.stub_copy``), and ``PERF_ARMS_SCHEDULER_MODULE`` another scheduler module (the stub's
+``perf_tests.support.stub_scheduler``), for the self-tests only; ``EngineSpec`` never sets them.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ for step in "$@"; do
         --perf-candidate "patch:slow-scheduler=$ms" ${AB_ARGS:-} ;;
     transport) run transport 200 "$TIER/test_groups.py" -k transport_group ${AB_ARGS:-} ;;
     cv)
-      python3 -m engine_fixtures.scenarios.rate_study "$(ls "$(last matrix)"/results/results-*.json | tail -1)" \
+      python3 -m perf_tests.sglang.gpu_studies.rate_study "$(ls "$(last matrix)"/results/results-*.json | tail -1)" \
         > "$WORK/logs/cv.md" 2>&1
       log "cv rc=$?"; cat "$WORK/logs/cv.md" ;;
     *) log "unknown step $step (steps: matrix weekly smoke pool null patch transport cv)"; exit 2 ;;

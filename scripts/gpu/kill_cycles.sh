@@ -13,7 +13,7 @@ OUT=${OUT:-$(pwd)/.perf-gpu/kill-cycles}; mkdir -p "$OUT"
 WORK=$(mktemp -d -t perf-kill-XXXXXX); STATE=$WORK/state; RESULTS=$WORK/results
 QUOTA=${QUOTA:-$([ "${ENGINE:-sglang}" = stub ] && echo 0.5 || echo 4)}
 if [ "${ENGINE:-sglang}" = stub ]; then
-  PARAM="{'launcher': ('-m', 'engine_fixtures.testing.stub_engine'), 'name': 'stub', 'proof': False, 'cpu_quota': $QUOTA, 'extra_args': ('--stub-shm-mb', '1')}"
+  PARAM="{'launcher': ('-m', 'perf_tests.support.stub_engine'), 'name': 'stub', 'proof': False, 'cpu_quota': $QUOTA, 'extra_args': ('--stub-shm-mb', '1')}"
 else
   PARAM="{'cpu_quota': $QUOTA}"
 fi

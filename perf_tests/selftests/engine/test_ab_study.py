@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine_fixtures.judge.blocks import plan
-from engine_fixtures.scenarios.ab_study import SCENARIOS, judge_trial, render, study_group
+from perf_tests.sglang.gpu_studies.ab_study import SCENARIOS, judge_trial, render, study_group
 
 
 def trial_windows(rng: np.random.Generator, slow: list[float], groups: int, blocks: int):  # type: ignore[no-untyped-def]
@@ -35,7 +35,7 @@ def test_a_trial_flags_twenty_percent_and_never_flags_a_zero_spin() -> None:
     assert slow["tpot_gmean_ms"]["status"] == "regression"
     assert abs(slow["tpot_gmean_ms"]["delta"] - 0.20) < 0.03
     assert zero["tpot_gmean_ms"]["status"] != "regression"
-    assert [m.name for m in group.members] == ["reference", "c1", "c2"]
+    assert [a.name for a in group.arms] == ["reference", "c1", "c2"]
 
 
 def test_render_counts_every_size() -> None:
@@ -53,7 +53,7 @@ def test_render_counts_every_size() -> None:
 
 def test_window_study_cuts_the_same_records_at_every_length() -> None:
     from engine_fixtures.loadgen.records import RequestRecord
-    from engine_fixtures.scenarios.window_study import study
+    from perf_tests.sglang.gpu_studies.window_study import study
 
     rng = np.random.default_rng(1)
     ends = np.sort(rng.uniform(0, 12, 600))  # 50 req/s over 12 s

@@ -30,8 +30,9 @@ from engine_fixtures.scenarios.runner import GroupRunner, RunnerEnv
 from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.store.null_history import NullHistory
+from perf_tests.support import launcher
 
-STUB = ("-m", "engine_fixtures.testing.stub_engine")
+STUB = launcher("stub_engine")
 SCENARIO = EngineScenario("stub", concurrency=4, output_tokens=16)
 
 

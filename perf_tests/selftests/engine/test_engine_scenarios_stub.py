@@ -17,7 +17,7 @@ import os
 import pytest
 from engine_fixtures import EngineScenario
 
-STUB = ("-m", "engine_fixtures.testing.stub_engine")
+STUB = ("-m", "perf_tests.support.stub_engine")
 MS = os.environ.get("STUB_TOKEN_MS", "3")
 FAST = EngineScenario("fast", concurrency=4, output_tokens=12, launcher=STUB, proof=False, copy="buffer")
 SLOW = EngineScenario("slow", concurrency=4, output_tokens=12, launcher=STUB, proof=False, copy="torch")

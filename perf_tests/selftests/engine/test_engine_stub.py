@@ -25,8 +25,9 @@ from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, ProcessCrashed, ProcessStartError
 from engine_fixtures.isolation.shm_space import require_shm_space
 from engine_fixtures.model.modeldir import write_model_dir
+from perf_tests.support import launcher
 
-STUB = ("-m", "engine_fixtures.testing.stub_engine")
+STUB = launcher("stub_engine")
 DEADLINE_S = 60.0
 
 pytest_plugins = ("pytester",)
@@ -168,7 +169,7 @@ def test_arm_env_and_proof_dir_reach_the_engine(model: Path, tmp_path: Path) -> 
 FAILING_ENGINE_TEST = """
 import pytest
 
-STUB = {"launcher": ("-m", "engine_fixtures.testing.stub_engine"), "name": "stub", "proof": False}
+STUB = {"launcher": ("-m", "perf_tests.support.stub_engine"), "name": "stub", "proof": False}
 
 @pytest.mark.parametrize("engine", [STUB], indirect=True)
 def test_uses_the_engine(engine):

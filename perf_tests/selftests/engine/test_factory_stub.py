@@ -18,8 +18,9 @@ from engine_fixtures.isolation.cgroups import probe_quota_support
 from engine_fixtures.isolation.leaks import LeakSnapshot
 from engine_fixtures.isolation.signals import sigkill_and_wait
 from engine_fixtures.model.modeldir import write_model_dir
+from perf_tests.support import launcher
 
-STUB = ("-m", "engine_fixtures.testing.stub_engine")
+STUB = launcher("stub_engine")
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,8 @@ import pytest
 from engine_fixtures import Arm, Contrast, EngineScenario, Group
 from engine_fixtures.errors import InvariantViolated
 
-def stub(ms):
-    return ("-m", "engine_fixtures.testing.stub_engine", "--stub-token-ms", str(ms))
+def stub(ms):  # a launcher only: the engine's PYTHONPATH has the repository root (perf_tests.support.launcher)
+    return ("-m", "perf_tests.support.stub_engine", "--stub-token-ms", str(ms))
 
 METRICS = ("tpot_gmean_ms",)
 GROUP = Group("stub", arms=(

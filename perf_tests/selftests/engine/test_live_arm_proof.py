@@ -180,7 +180,7 @@ CHILD = """
 import importlib.metadata as m, json, sys
 [e.load()() for e in m.entry_points(group='sglang.srt.plugins')]
 import torch
-from engine_fixtures.testing.stub_copy import copied_with_torch
+from perf_tests.support.stub_copy import copied_with_torch
 image = torch.arange(40000, dtype=torch.int32)
 sys.stdout.write('up\\n'); sys.stdout.flush()
 for line in sys.stdin:
@@ -198,7 +198,7 @@ def plugin_child(tmp_path: Path):  # type: ignore[no-untyped-def]
     proof_dir = tmp_path / "proof"
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": f"{site}:{REPO}", "PERF_ARMS_PROOF_DIR": str(proof_dir),
            "PERF_ARMS_COPY": "buffer", "PERF_ARMS_TRANSPORT": "cpu",
-           "PERF_ARMS_SHM_MODULE": "engine_fixtures.testing.stub_copy"}
+           "PERF_ARMS_SHM_MODULE": "perf_tests.support.stub_copy"}
     child = subprocess.Popen([sys.executable, "-c", CHILD], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True)
     assert child.stdout is not None
@@ -232,7 +232,7 @@ def test_copy_arms_switch_live_in_a_plugin_process(plugin_child) -> None:  # typ
     start = request_flush(proof_dir, {child.pid}, deadline_s=WAIT_S)
     (p,) = start.processes
     assert (p.arm_seq, p.arm_now, p.errors) == (0, BUFFER.to_dict(), ())
-    assert p.installed["copy_module"] == "engine_fixtures.testing.stub_copy"
+    assert p.installed["copy_module"] == "perf_tests.support.stub_copy"
     launch_threads = copy(3)
     assert launch_threads["torch"] == [False] * 3
     assert launch_threads["intact"]

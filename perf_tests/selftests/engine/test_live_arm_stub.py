@@ -1,5 +1,5 @@
 """``EngineHandle.set_arm`` on the stub engine: its copy path runs the suite's plugin on a stand-in of SGLang 0.5.16's
-copy (``testing.stub_copy``), so a live copy arm is switched, proved and felt end to end on a CPU box."""
+copy (``support.stub_copy``), so a live copy arm is switched, proved and felt end to end on a CPU box."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError, MeasurementError
 from engine_fixtures.model.modeldir import write_model_dir
 from engine_fixtures.transport.live import LiveArm
+from perf_tests.support import launcher
 
-STUB = ("-m", "engine_fixtures.testing.stub_engine")
+STUB = launcher("stub_engine")
 DEADLINE_S = 120.0
 TORCH_MS = 40.0  # the stub's documented extra wait for a request whose copy ran the torch lines
 BUFFER, TORCH = LiveArm(copy="buffer"), LiveArm(copy="torch")

@@ -17,7 +17,7 @@ import pytest
 from engine_fixtures import Arm, Contrast, EngineScenario, Group, Point, SeedFigure, Shape
 from engine_fixtures.errors import InvariantViolated
 
-STUB = ("-m", "engine_fixtures.testing.stub_engine", "--stub-image-kb", "16", "--stub-torch-copy-ms", "25")
+STUB = ("-m", "perf_tests.support.stub_engine", "--stub-image-kb", "16", "--stub-torch-copy-ms", "25")
 METRICS = ("requests_per_s", "ttft_p50_ms")
 GROUP = Group("stub", EngineScenario("stub", concurrency=2, output_tokens=8, launcher=STUB, copy="buffer"),
               arms=(Arm("buffer", copy="buffer"), Arm("torch", copy="torch"),

@@ -26,9 +26,9 @@ from engine_fixtures.sglang_plugin.instrument import (
 )
 from engine_fixtures.sglang_plugin.proof_file import Recorder
 from engine_fixtures.store.results import RunResult
-from engine_fixtures.testing import stub_scheduler
-from engine_fixtures.testing.lockstep import closed_loop, segment_of
 from perf_tests.selftests.engine.test_proof import proc
+from perf_tests.support import stub_scheduler
+from perf_tests.support.lockstep import closed_loop, segment_of
 
 MODULE = "perf_fake_scheduler"  # the scheduler module the probe is pointed at (PERF_ARMS_SCHEDULER_MODULE)
 DECODE, MIXED, EXTEND = (stub_scheduler.ForwardMode[m] for m in ("DECODE", "MIXED", "EXTEND"))

@@ -12,7 +12,7 @@ from engine_fixtures.errors import MeasurementError
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.loadgen.stream import Segment
 from engine_fixtures.scenarios.segment import REQUEST_COLUMNS, stored_window, window_requests, window_values
-from engine_fixtures.testing.lockstep import closed_loop, segment_of
+from perf_tests.support.lockstep import closed_loop, segment_of
 
 C, PERIOD, WINDOW = 16, 0.65, 3.0
 SCHEDULER_CORES = 0.8  # the scheduler's CPU over every window

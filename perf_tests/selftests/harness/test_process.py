@@ -12,7 +12,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine_fixtures import testing
 from engine_fixtures.errors import ConfigError, ProcessCrashed, ProcessStartError
 from engine_fixtures.isolation.cgroups import CpuQuota
 from engine_fixtures.isolation.leaks import no_leaks
@@ -25,8 +24,9 @@ from engine_fixtures.isolation.process import (
     require_free_port,
 )
 from engine_fixtures.isolation.signals import describe_exit
+from perf_tests import support
 
-PROC_TREE = Path(testing.__file__).with_name("proc_tree.py")
+PROC_TREE = Path(support.__file__).with_name("proc_tree.py")
 Starter = Callable[..., Supervised]
 
 

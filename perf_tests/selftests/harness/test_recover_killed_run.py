@@ -24,6 +24,7 @@ from engine_fixtures.isolation.leaks import SHM_DIR
 from engine_fixtures.isolation.machine_lock import MachineLock
 from engine_fixtures.isolation.signals import TerminateAsInterrupt, sigkill_and_wait
 from perf_tests.process_wait import wait_for
+from perf_tests.support import child_env, launcher
 
 pytest_plugins = ("pytester",)
 
@@ -38,7 +39,7 @@ from engine_fixtures.store.files import atomic_writer
 def test_engine_under_a_quota_until_the_runner_is_killed(tmp_path, perf_settings):
     model = write_model_dir(tmp_path / "m" / "qwen-tiny", "tiny")
     factory = EngineFactory(tmp_path / "engines", 60.0)
-    spec = EngineSpec(model, launcher=("-m", "engine_fixtures.testing.stub_engine"), name="recover", proof=False,
+    spec = EngineSpec(model, launcher=("-m", "perf_tests.support.stub_engine"), name="recover", proof=False,
                       cpu_quota=0.5, extra_args=("--stub-shm-mb", "1"))
     h = factory.get(spec)
     pool = next(n for n in os.listdir("/dev/shm") if n.startswith("sgl_shm_stub_") and n in h.log_tail())
@@ -94,9 +95,10 @@ def test_next_run_removes_what_the_killed_run_left(pytester: pytest.Pytester, tm
     facts = json.loads(ready.read_text())
     token = owner.RunOwner.of_pid(run1.pid)
     assert token is not None
-    bystander = subprocess.Popen([sys.executable, "-m", "engine_fixtures.testing.holder_run", "--results",
+    bystander = subprocess.Popen([sys.executable, *launcher("holder_run"), "--results",
                                   str(results), "--state", str(state), "--ready", str(tmp_path / "live.json"),
-                                  "--quota", "0.5", *(["--cgroup-parent", args[-1]] if tree == "fake-v2" else [])])
+                                  "--quota", "0.5", *(["--cgroup-parent", args[-1]] if tree == "fake-v2" else [])],
+                                 env=child_env())
     try:
         wait_for((tmp_path / "live.json").exists, bystander, context=lambda: log1.read_text()[-3000:])
         live = json.loads((tmp_path / "live.json").read_text())

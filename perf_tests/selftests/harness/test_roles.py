@@ -10,12 +10,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine_fixtures import testing
 from engine_fixtures.errors import ProcessCrashed, ProcessStartError
 from engine_fixtures.isolation.process import LaunchSpec, Supervised
 from engine_fixtures.isolation.roles import OTHER, SGLANG_ROLES, Role, classify, discover, title_prefix, wait_for_roles
+from perf_tests import support
 
-PROC_TREE = Path(testing.__file__).with_name("proc_tree.py")
+PROC_TREE = Path(support.__file__).with_name("proc_tree.py")
 TITLES = ("sglang::scheduler_TP0", "sglang::scheduler_PP1_TP0", "sglang::detokenizer",
           "sglang::detokenizer_router", "sglang::tokenizer_worker:4242", "sglang::data_parallel_controller",
           "some-helper")

@@ -47,9 +47,9 @@ from engine_fixtures.loadgen.workload import WorkloadSpec
 from engine_fixtures.model.modeldir import write_model_dir
 from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
-from engine_fixtures.testing import faults
+from perf_tests.support import faults, launcher
 
-STUB = ("-m", "engine_fixtures.testing.stub_engine")
+STUB = launcher("stub_engine")
 SEED = 15
 READY_S, SLOW_READY_S, GRACE_S = 30.0, 3.0, 1.0
 FAULTS = ("crash-before-ready", "crash-mid-load", "sigterm-ignored", "port-taken", "missing-model",

@@ -1,6 +1,6 @@
 """sweep.py: a killed run's process tree, sandbox, segments and half-written files go; a live run's stay.
 
-The runs here are real (``engine_fixtures.testing.holder_run``): a supervised child inside a real CpuQuota
+The runs here are real (``perf_tests.support.holder_run``): a supervised child inside a real CpuQuota
 (cgroup v1 on the CPU box, or a fake v2 tree under --perf-cgroup-parent) mapping an SGLang-named segment,
 and an atomic write left half done. The kill is SIGKILL.
 """
@@ -31,6 +31,7 @@ from engine_fixtures.isolation.leaks import SHM_DIR
 from engine_fixtures.isolation.signals import sigkill_and_wait
 from engine_fixtures.isolation.sweep import sweep
 from engine_fixtures.store.files import atomic_write_text
+from perf_tests.support import child_env, launcher
 
 READY_S = 60.0
 
@@ -68,9 +69,9 @@ def holders(tmp_path: Path) -> Iterator:
 
     def start(results: Path, state: Path, *extra: str) -> Holder:
         ready = tmp_path / f"ready-{len(started)}.json"
-        proc = subprocess.Popen([sys.executable, "-m", "engine_fixtures.testing.holder_run", "--results",
+        proc = subprocess.Popen([sys.executable, *launcher("holder_run"), "--results",
                                  str(results), "--state", str(state), "--ready", str(ready), *extra],
-                                stderr=subprocess.PIPE)
+                                stderr=subprocess.PIPE, env=child_env())
         end = time.monotonic() + READY_S
         while not ready.exists():
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""

@@ -1,7 +1,7 @@
 """The run-history tests run every test against both back ends: an SQLite file and a real PostgreSQL server.
 
 PostgreSQL: ``TEST_POSTGRES_URL`` (``.ci/run`` starts a server from the distribution's packages and sets it),
-else a throwaway server started here from the installed binaries (``engine_fixtures.testing.postgres``). Only
+else a throwaway server started here from the installed binaries (``perf_tests.support.postgres``). Only
 where neither exists do the PostgreSQL cases skip, with the reason and the fix. Each test gets a fresh schema
 of its own (``search_path``), so tests never see each other's runs.
 """
@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 from engine_fixtures.store.history_db import resolve_url
-from engine_fixtures.testing import postgres
+from perf_tests.support import postgres
 
 PG_ENV = "TEST_POSTGRES_URL"
 # psycopg is imported here, before any in-process pytester run: pytester drops the modules a run imported when

@@ -202,7 +202,7 @@ def test_every_module_a_package_row_names_exists() -> None:
 def test_the_module_references_are_read_as_meant() -> None:
     """The reader itself: what counts as a reference, attributes after a module, the words it leaves alone."""
     assert reference_problem("judge/blocks.py") is None
-    assert reference_problem("scenarios.live.REPORTED_WHY") is None
+    assert reference_problem("scenarios.group.REPORTED_WHY") is None
     assert reference_problem("engine_fixtures.judge.simulate") is None
     assert reference_problem("engine_fixtures/plugin.py") is None
     assert reference_problem("engine/running") is None

@@ -1,6 +1,7 @@
 """The layering rules of docs/ARCHITECTURE.md, checked against the code's own imports (every ``import``, also
 inside functions and under ``TYPE_CHECKING``): each unit imports only units on lower layers; only the entry points
-and ``session/`` import pytest; no product unit imports ``testing/``; no module imports itself through others
+and ``session/`` import pytest; no module of the package imports ``perf_tests`` (the self-tests and their stand-ins
+in ``perf_tests.support``, which the wheel does not ship: test_wheel.py); no module imports itself through others
 (``from engine_fixtures import x`` counts as importing the package too)."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[3] / "engine_fixtures"
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("entry points", frozenset({"plugin", "fixtures", "cli"})),
     ("pytest session; history commands", frozenset({"session", "cli_history"})),
-    ("scenario runs; self-test tools", frozenset({"scenarios", "testing"})),
+    ("scenario runs", frozenset({"scenarios"})),
     ("profiles; rendering", frozenset({"profile", "report"})),
     ("CPU tier; settings; load client", frozenset({"cpu_tier", "options", "loadgen"})),
     ("samplers; files and history", frozenset({"sampling", "store"})),
@@ -62,14 +63,16 @@ def violations() -> list[str]:
                 if unit not in PYTEST_ALLOWED:
                     found.append(f"{where}:{line} imports pytest; only {sorted(PYTEST_ALLOWED)} may")
                 continue
+            if name == "perf_tests" or name.startswith("perf_tests."):
+                found.append(f"{where}:{line} imports {name}: perf_tests (perf_tests.support too) is the self-tests' "
+                             "and is not shipped; product code never imports it")
+                continue
             if not name.startswith("engine_fixtures."):
                 continue
             target = name.split(".")[1]
             if target == unit:
                 continue
-            if target == "testing":
-                found.append(f"{where}:{line} imports {name}: testing/ is for the self-tests, never product code")
-            elif LAYER_OF[target] >= LAYER_OF[unit]:
+            if LAYER_OF[target] >= LAYER_OF[unit]:
                 found.append(f"{where}:{line} imports {name}: {unit!r} ({LAYERS[-1 - LAYER_OF[unit]][0]}) may only "
                              f"import lower layers, and {target!r} is on {LAYERS[-1 - LAYER_OF[target]][0]!r}")
     return found
@@ -155,3 +158,16 @@ def test_the_check_finds_an_upward_import(tmp_path: Path, monkeypatch: pytest.Mo
     assert len(found) == 2
     assert "judge/bad.py:1 imports pytest" in found[0]
     assert "may only import lower" in found[1]
+
+
+def test_the_check_finds_product_code_importing_the_self_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check can fail: an engine module that imports the stub engine, by either form, is reported twice."""
+    fake = tmp_path / "engine_fixtures"
+    (fake / "engine").mkdir(parents=True)
+    (fake / "engine" / "bad.py").write_text("def f():\n    from perf_tests.support import stub_engine\n"
+                                            "import perf_tests.support.stub_copy\n")
+    monkeypatch.setitem(globals(), "PACKAGE", fake)
+    found = sorted(violations())
+    assert len(found) == 2
+    assert "engine/bad.py:2 imports perf_tests.support: perf_tests" in found[0]
+    assert "engine/bad.py:3 imports perf_tests.support.stub_copy" in found[1]

@@ -10,7 +10,7 @@ import numpy as np
 import psutil
 import pytest
 
-from engine_fixtures.testing.stub_process import StubServer, stub_server
+from perf_tests.support.stub_process import StubServer, stub_server
 
 
 @pytest.fixture(scope="module")

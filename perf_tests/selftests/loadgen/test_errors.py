@@ -9,8 +9,8 @@ import pytest
 
 from engine_fixtures.errors import ConfigError, MeasurementError
 from engine_fixtures.loadgen import LoadError, WorkloadSpec, run_load
-from engine_fixtures.testing.stub_process import StubServer
 from perf_tests.selftests.loadgen.conftest import loadgen_children
+from perf_tests.support.stub_process import StubServer
 
 SPEC = WorkloadSpec(num_requests=6, concurrency=2, images_per_request=0, output_tokens=6, request_timeout_s=10)
 

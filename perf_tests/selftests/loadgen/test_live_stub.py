@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from engine_fixtures.loadgen import WorkloadSpec, run_load
-from engine_fixtures.testing.stub_process import StubServer
 from perf_tests.selftests.loadgen.conftest import loadgen_children, server_in_flight, stub_stats
+from perf_tests.support.stub_process import StubServer
 
 
 def test_measures_stub_ttft_and_tpot(stub: StubServer) -> None:

@@ -22,7 +22,7 @@ from engine_fixtures.loadgen.records import LoadError, RequestRecord
 from engine_fixtures.loadgen.stream import LoadStream, Segment, finished_in
 from engine_fixtures.loadgen.stream_driver import WARMUP_EPSILON_S
 from engine_fixtures.scenarios.segment import window_requests
-from engine_fixtures.testing.stub_process import StubServer
+from perf_tests.support.stub_process import StubServer
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 from engine_fixtures.errors import MeasurementError
 from engine_fixtures.loadgen.records import RequestRecord
 from engine_fixtures.loadgen.stream import finished_in, progress_rate, tokens_in
-from engine_fixtures.testing.lockstep import closed_loop, segment_of
+from perf_tests.support.lockstep import closed_loop, segment_of
 
 C, PERIOD = 16, 0.65  # 24.6 req/s in bursts of 16 (the H200's 4B at c=16): 4.6 bursts per 3 s window
 

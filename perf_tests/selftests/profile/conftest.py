@@ -11,17 +11,18 @@ from contextlib import suppress
 import pytest
 
 from engine_fixtures.isolation.roles import wait_for_roles
+from perf_tests.support import child_env, launcher
 
 READY_DEADLINE_S = 120.0
 STOP_DEADLINE_S = 30.0
 
 
 class Tree:
-    """A running ``testing.work_tree``: its root pid and its ``drive_load(seconds) -> requests completed``."""
+    """A running ``support.work_tree``: its root pid and its ``drive_load(seconds) -> requests completed``."""
 
     def __init__(self, spin_ms: float) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "engine_fixtures.testing.work_tree", "--spin-ms",
-                                      str(spin_ms)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([sys.executable, *launcher("work_tree", "--spin-ms", str(spin_ms))],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env())
         assert self.readline(READY_DEADLINE_S) == "ready", "work tree did not start"
         wait_for_roles(self.proc.pid, ["scheduler", "detokenizer"], READY_DEADLINE_S)
 

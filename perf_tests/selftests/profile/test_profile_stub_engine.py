@@ -1,7 +1,7 @@
 """The GPU tier's entry points against the stub engine (SGLang's titles and HTTP surface), real py-spy.
 
 The stub's HTTP server (the untitled root, like SGLang's) does the streaming work and its titled scheduler children
-run the decode steps (``testing.stub_scheduler``); its detokenizer child sits blocked in ``recv``, so py-spy (idle
+run the decode steps (``support.stub_scheduler``); its detokenizer child sits blocked in ``recv``, so py-spy (idle
 threads left out) samples nothing there and the history differential says so in one line instead of ranking noise.
 """
 
@@ -20,6 +20,7 @@ from engine_fixtures.model.modeldir import write_model_dir
 from engine_fixtures.profile import store
 from engine_fixtures.profile.engine import ProfileSettings, explain_history, profile_engine
 from engine_fixtures.profile.report import ProfileBook
+from perf_tests.support import launcher
 
 BODY = {"model": "default", "stream": True, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
 
@@ -43,7 +44,7 @@ async def _load(url: str, seconds: float, concurrency: int = 8) -> int:
 @pytest.fixture
 def stub(tmp_path: Path):  # type: ignore[no-untyped-def]
     model = write_model_dir(tmp_path / "qwen-tiny", "tiny")
-    spec = EngineSpec(model, launcher=("-m", "engine_fixtures.testing.stub_engine"), name="stub", proof=False)
+    spec = EngineSpec(model, launcher=launcher("stub_engine"), name="stub", proof=False)
     handle = start_engine(spec, tmp_path / "engine", deadline_s=60.0)
     try:
         yield handle
@@ -63,7 +64,7 @@ def test_stub_engine_roles_profiled_and_idle_roles_said_so(stub, tmp_path: Path)
     http = prof.profiles["http_server"]
     assert http.requests > 20
     assert http.samples > 0
-    assert any(k[1].endswith("testing/stub_engine.py") for k in http.functions())
+    assert any(k[1].endswith("support/stub_engine.py") for k in http.functions())
     assert prof.profiles["detokenizer"].samples == 0  # blocked in recv: idle, not sampled
 
     pool = tmp_path / "baselines" / "key" / "stub.json"

@@ -2,8 +2,8 @@
 
 Standard library only, so ``.ci/run`` starts it with the system Python before any virtual environment exists::
 
-    python3 -m engine_fixtures.testing.postgres start DIR   # prints the URL; export it as TEST_POSTGRES_URL
-    python3 -m engine_fixtures.testing.postgres stop DIR
+    python3 -m perf_tests.support.postgres start DIR   # prints the URL; export it as TEST_POSTGRES_URL
+    python3 -m perf_tests.support.postgres stop DIR
 
 The cluster lives in DIR (``initdb --auth=trust``), listens on a Unix socket in DIR only (no TCP port to
 collide with, nothing reachable from outside) and runs as the ``postgres`` user when started by root (the
@@ -87,7 +87,7 @@ def stop(root: Path) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in ("start", "stop"):
-        print(f"usage: python -m engine_fixtures.testing.postgres start|stop DIR ({__doc__.splitlines()[0]})",
+        print(f"usage: python -m perf_tests.support.postgres start|stop DIR ({__doc__.splitlines()[0]})",
               file=sys.stderr)
         return 2
     if argv[0] == "start":

@@ -23,7 +23,7 @@ from engine_fixtures.judge.decide import MIN_BLOCKS
 from engine_fixtures.loadgen.latency import tpot_values
 from engine_fixtures.loadgen.stream import finished_in, progress_rate
 from engine_fixtures.loadgen.stream_driver import warmup_end
-from engine_fixtures.scenarios.live_runs import VISIT_KEY
+from engine_fixtures.scenarios.blocks_run import VISIT_KEY
 from engine_fixtures.scenarios.segment import stored_window
 from engine_fixtures.store.results import BLOCK_KEY, ResultsFile, RunResult
 

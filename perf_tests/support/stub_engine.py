@@ -8,7 +8,7 @@ spawns children titled like SGLang's (``sglang::scheduler[_PP<p>][_TP<t>]`` per 
 ``--max-running-requests`` queue, as in SGLang, and so do requests beyond the PP micro-batch cap (the stub runs one
 micro-batch: its running requests never exceed ``max_running_requests // pp`` unless ``--pp-max-micro-batch-size``).
 
-The scheduler children run the decode steps (``testing.stub_scheduler``, SGLang's ``Scheduler.run_batch`` signature):
+The scheduler children run the decode steps (``support.stub_scheduler``, SGLang's ``Scheduler.run_batch`` signature):
 one step per token time over the requests running then, sent to every scheduler child, so the plugin's running-batch
 probe counts the stub's running requests in every rank as it counts SGLang's (``PERF_ARMS_SCHEDULER_MODULE``).
 
@@ -23,7 +23,7 @@ the server's lifetime, unlinked on a clean exit: a SIGKILLed stub leaves it, as 
 for it stops the start with ENOSPC.
 
 The copy path (``--stub-image-kb N``, N > 0): every chat request first wraps an N KiB tensor in the stand-in
-``testing.stub_copy.ShmPointerMMData`` on the event loop, as SGLang's tokenizer manager wraps each image, and the
+``support.stub_copy.ShmPointerMMData`` on the event loop, as SGLang's tokenizer manager wraps each image, and the
 stub tells the suite's SGLang plugin to take the class from there (``PERF_ARMS_SHM_MODULE``, inherited by the
 children), so the plugin's live copy arms and thread cap run on it and are proved end to end. The copied bytes are
 checked (a corrupted copy answers 500). The request's service time depends on the code that copied, by a fixed,
@@ -64,7 +64,7 @@ def child(title: str, conn: mp.connection.Connection) -> None:
 
     setproctitle.setproctitle(title)
     if title.startswith("sglang::scheduler"):
-        from engine_fixtures.testing import stub_scheduler  # imported before the plugins load, as SGLang's is
+        from perf_tests.support import stub_scheduler  # imported before the plugins load, as SGLang's is
 
         _load_plugins()
         conn.send("up")
@@ -157,7 +157,7 @@ class Stub:
         """The copy path (module docstring): False when the copied bytes differ from the image."""
         import torch
 
-        from engine_fixtures.testing.stub_copy import copied_with_torch
+        from perf_tests.support.stub_copy import copied_with_torch
 
         obj, with_torch = copied_with_torch(self.image)
         intact = torch.equal(torch.frombuffer(obj.shm.buf, dtype=torch.uint8), self.image)
@@ -315,9 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     from engine_fixtures.sglang_plugin.instrument import SCHEDULER_MODULE_ENV, SHM_MODULE_ENV
 
     # Before the plugin loads here and in the children (spawn passes the environment).
-    os.environ[SCHEDULER_MODULE_ENV] = "engine_fixtures.testing.stub_scheduler"
+    os.environ[SCHEDULER_MODULE_ENV] = "perf_tests.support.stub_scheduler"
     if a.stub_image_kb > 0:
-        os.environ[SHM_MODULE_ENV] = "engine_fixtures.testing.stub_copy"
+        os.environ[SHM_MODULE_ENV] = "perf_tests.support.stub_copy"
     with shm_pool(a.stub_shm_mb):
         return serve(a)
 

@@ -1,23 +1,23 @@
 """How sensitive is the A/B gate of separate engines on a real engine? Inject slowdowns of known size and count
 detections.
 
-    python -m engine_fixtures.scenarios.ab_study --model DIR --scenario cpu-copy=buffer --sizes 0,5,10,20 \
+    python -m perf_tests.sglang.gpu_studies.ab_study --model DIR --scenario cpu-copy=buffer --sizes 0,5,10,20 \
         --pairs 3 --budget-s 540 --out DIR [--engine-cpus 0-11 --client-cpus 12-15]
 
-A group of engines (``scenarios.groups``): the reference and one candidate per size S, all of the installed SGLang,
-each candidate carrying the named patch ``slow-scheduler`` (a CPU spin in every ``Scheduler.run_batch``), started
-one at a time with one KV size (``engine.group``). On the first instance group the reference's TPOT is measured and
-each candidate's spin is set live to S % of it (``EngineHandle.set_patch``, verified through the proof); later
-groups reuse those milliseconds. Blocks are the groups' mirrored blocks (``judge.blocks``), so the reference and every
-candidate sit at the same mean position and a linear drift cancels.
+A group of launches (``scenarios.group.Group``, ``Arm(launch=...)``): the reference and one candidate per size S,
+all of the installed SGLang, each candidate carrying the named patch ``slow-scheduler`` (a CPU spin in every
+``Scheduler.run_batch``), started one at a time with one KV size (``engine.group``). On the first instance group the
+reference's TPOT is measured and each candidate's spin is set live to S % of it (``EngineHandle.set_patch``,
+verified through the proof); later groups reuse those milliseconds. Blocks are the groups' mirrored blocks
+(``judge.blocks``), so the reference and every candidate sit at the same mean position and a linear drift cancels.
 
-A trial is ``--pairs`` consecutive fresh instance groups (``measure_group`` with a fixed budget): each size is judged
-against the reference by the A/B gate itself (``group_verdicts``: the instance group as the unit, at the alpha of the
-gate's first look with ``--perf-ab-instances`` = pairs; with ``--history`` this host's A/A history pooled into the
-variance, as the A/B does), so a trial is what one default A/B decides at its first look. Size 0 is a candidate with
-a zero spin: two builds that do the same work, so its regression verdicts are false alarms. The candidates of one
-instance group share its reference, unlike a production A/B pair; the table says so. Writes ``ab_study.json`` as it
-goes.
+A trial is ``--pairs`` consecutive fresh instance groups (``scenarios.blocks_run.measure`` with a fixed budget):
+each size is judged against the reference by the A/B gate itself (``contrast_verdicts``: the instance group as the
+unit, at the alpha of the gate's first look with ``--perf-ab-instances`` = pairs; with ``--history`` this host's A/A
+history pooled into the variance, as the A/B does), so a trial is what one default A/B decides at its first look.
+Size 0 is a candidate with a zero spin: two builds that do the same work, so its regression verdicts are false
+alarms. The candidates of one instance group share its reference, unlike a production A/B pair; the table says so.
+Writes ``ab_study.json`` as it goes.
 """
 
 from __future__ import annotations
@@ -42,10 +42,11 @@ from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.loadgen.stream import LoadStream
 from engine_fixtures.options import Settings, parse_cpu_list, parse_cpus_setting
+from engine_fixtures.scenarios.blocks_run import ArmWindows, Judging, NullFor, contrast_verdicts, measure
 from engine_fixtures.scenarios.engine import EngineScenario
-from engine_fixtures.scenarios.groups import EngineGroup, GroupWindows, Member, NullFor, group_verdicts, measure_group
-from engine_fixtures.scenarios.live import Contrast
+from engine_fixtures.scenarios.group import Arm, Contrast, Group
 from engine_fixtures.scenarios.load import SessionLoad
+from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
 
 PATCH = "slow-scheduler"
@@ -56,21 +57,21 @@ SCENARIOS = {s.id: s for s in (EngineScenario("cuda_ipc-cache=on", transport="cu
 REFERENCE = "reference"
 
 
-def study_group(scenario: EngineScenario, sizes: int) -> EngineGroup:
+def study_group(scenario: EngineScenario, sizes: int) -> Group:
     """The reference and one candidate per size, each candidate contrasted with the reference."""
     names = [f"c{i + 1}" for i in range(sizes)]
-    return EngineGroup(f"ab-study/{scenario.id}",
-                       (Member(REFERENCE, scenario), *(Member(n, scenario, with_patch(EngineBuild(), {PATCH: 0.0}))
-                                                      for n in names)),
-                       tuple(Contrast(f"{n} vs reference", REFERENCE, n, 1.0, JUDGED) for n in names))
+    return Group(f"ab-study/{scenario.id}",
+                 arms=(Arm(REFERENCE, launch=scenario),
+                       *(Arm(n, launch=scenario, build=with_patch(EngineBuild(), {PATCH: 0.0})) for n in names)),
+                 contrasts=tuple(Contrast(f"{n} vs reference", REFERENCE, n, 1.0, JUDGED, report=()) for n in names))
 
 
-def judge_trial(group: EngineGroup, windows: GroupWindows, block_unit: Sequence[int], i: int, pairs: int,
+def judge_trial(group: Group, windows: ArmWindows, block_unit: Sequence[int], i: int, pairs: int,
                 null_for: NullFor = lambda _m: None) -> dict[str, dict]:
     """Candidate ``i`` (1-based) against the reference over one trial, judged as the default A/B's first look."""
     budget = Budget(pairs, 1, 2 * pairs)
-    verdicts = group_verdicts(group, group.contrasts[i - 1], windows, block_unit, budget=budget.maximum,
-                              alpha=budget.alpha_per_look(), null_for=null_for, names=JUDGED)
+    verdicts = contrast_verdicts(group, group.contrasts[i - 1], windows, block_unit,
+                                 Judging(budget.alpha_per_look(), budget.maximum, null_for=null_for))
     return {v.metric: {"status": v.status, "delta": v.delta, "catches": v.detectable} for v in verdicts}
 
 
@@ -79,8 +80,8 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: in
     t_start = time.monotonic()
     split = cpu_split(settings.engine_cpus, settings.client_cpus)
     group = study_group(scenario, len(sizes))
-    names = [m.name for m in group.members]
-    specs = {m.name: scenario.spec(model, settings.gpus, m.build, cpus=split.engine) for m in group.members}
+    names = [a.name for a in group.arms]
+    specs = {a.name: scenario.spec(model, settings.gpus, a.build, cpus=split.engine) for a in group.arms}
     report: dict = {"scenario": scenario.id, "sizes": list(sizes), "pairs_per_trial": pairs, "blocks_per_group": blocks,
                     "window_s": settings.window_s, "warmup_s": settings.warmup_s, "cpus": split.describe(),
                     "groups": [], "trials": []}
@@ -101,7 +102,7 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: in
             for engine in engines:
                 load.first_light(engine, scenario.workload(), timeline)
             if not spin:
-                cal = load.windows(live[REFERENCE], scenario, 2, timeline)
+                cal = windows_of(live[REFERENCE], 2)
                 tpot = sum(w["tpot_gmean_ms"] for w in cal) / len(cal)
                 spin.extend(tpot * s / 100.0 for s in sizes)
                 report["reference_tpot_ms"], report["spin_ms"] = tpot, list(spin)
@@ -109,13 +110,17 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: in
                 live[name].set_patch({PATCH: ms})
             report["groups"].append({"instances": [e.instance for e in engines]})
 
-        def visit(g: int, who: str, n: int) -> list[dict[str, float]]:
-            return load.windows(live[who], scenario, n, timeline)
+        def windows_of(engine: EngineHandle, n: int) -> list[dict[str, float]]:
+            plan = SegmentPlan(scenario.workload(), n, settings.window_s, settings.warmup_s, settings.sample_hz)
+            return measure_segment(engine, stream, plan, timeline, engine.instance)
+
+        def visit(arm: Arm, n: int, _unit: int) -> list[dict[str, float]]:
+            return windows_of(live[arm.name], n)
 
         try:
             while not report["trials"] or time.monotonic() - t_start + report["trial_s"] <= budget_s:
                 t0 = time.monotonic()
-                trial = measure_group(names, start, visit, Budget.fixed(pairs), blocks, lambda *_a: [])
+                trial = measure(group, Budget.fixed(pairs), visit, lambda *_a: [], start=start, blocks_per_unit=blocks)
                 report["trials"].append({str(s): judge_trial(group, trial.windows, trial.block_unit, i + 1, pairs,
                                                              null_for) for i, s in enumerate(sizes)})
                 report["trial_s"] = time.monotonic() - t0

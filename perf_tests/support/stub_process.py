@@ -17,6 +17,7 @@ from pathlib import Path
 
 from engine_fixtures.errors import ProcessStartError
 from engine_fixtures.isolation.process import CHILD_PASSTHROUGH, LaunchSpec, Supervised, curated_env
+from perf_tests.support import child_env, launcher
 
 READY_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
@@ -40,8 +41,7 @@ def stub_server(
     """A running stub on 127.0.0.1 (ephemeral port); stopped on exit, also on failure."""
     cmd = [
         python,
-        "-m",
-        "engine_fixtures.testing.stub_server",
+        *launcher("stub_server"),
         "--port",
         "0",
         "--ttft-ms",
@@ -53,7 +53,7 @@ def stub_server(
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
     with tempfile.TemporaryDirectory(prefix="perf-stub-") as tmp:
-        launch = LaunchSpec(tuple(cmd), Path(tmp, "stub.log"), curated_env(passthrough=CHILD_PASSTHROUGH),
+        launch = LaunchSpec(tuple(cmd), Path(tmp, "stub.log"), child_env(curated_env(passthrough=CHILD_PASSTHROUGH)),
                             name="stub server", stdio="pipes", text=True, new_session=False)
         server = Supervised.start(launch)
         try:

@@ -13,7 +13,7 @@ keys work as ``X-Stub-<Key>`` headers. ``GET /stub/stats`` returns and clears th
 arrival/completion times (``time.perf_counter``) of chat requests and the count of connections
 opened, so a benchmark can judge any client from the server's side.
 
-Run: ``python -m engine_fixtures.testing.stub_server --port 0 [--cpu 1] [--ttft-ms 0] [--itl-ms 0]``;
+Run: ``python -m perf_tests.support.stub_server --port 0 [--cpu 1] [--ttft-ms 0] [--itl-ms 0]``;
 it prints ``LISTENING <port>`` on stdout when ready.
 """
 

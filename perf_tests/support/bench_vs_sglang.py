@@ -6,7 +6,7 @@ throughput over the middle 80% of completions, and the server-observed schedulin
 at C: arrival k+C minus completion k, i.e. how long a freed slot stayed empty). Each client's own
 figures are printed too.
 
-    python -m engine_fixtures.testing.bench_vs_sglang --concurrency 256 --num-requests 4000
+    python -m perf_tests.support.bench_vs_sglang --concurrency 256 --num-requests 4000
 
 Needs SGLang's client in a side venv (default /work/venv-bench; see ``INSTALL``).
 """
@@ -31,7 +31,7 @@ from rich.table import Table
 
 from engine_fixtures.errors import MeasurementError
 from engine_fixtures.loadgen import WorkloadSpec, run_load
-from engine_fixtures.testing.stub_process import stub_server
+from perf_tests.support.stub_process import stub_server
 
 DEFAULT_VENV = Path("/work/venv-bench")
 INSTALL = (
@@ -197,7 +197,7 @@ def compare(args: argparse.Namespace, console: Console) -> dict[str, float]:
                 for run in pair if i % 2 == 0 else pair[::-1]:
                     rounds.append(run())
             console.print(
-                f"[bold]commands[/bold] (stub: python -m engine_fixtures.testing.stub_server --cpu {args.stub_cpu}):"
+                f"[bold]commands[/bold] (stub: python -m perf_tests.support.stub_server --cpu {args.stub_cpu}):"
             )
             console.print(
                 "  ours:   run_load(url, WorkloadSpec(num_requests="

@@ -29,7 +29,7 @@ fd = os.open("/dev/shm/filler", os.O_CREAT | os.O_RDWR, 0o600)
 os.posix_fallocate(fd, 0, 60 << 20)
 from engine_fixtures.engine.factory import EngineFactory
 from engine_fixtures.engine.spec import EngineSpec
-spec = EngineSpec(Path(sys.argv[2]), launcher=("-m", "engine_fixtures.testing.stub_engine"), name="soak",
+spec = EngineSpec(Path(sys.argv[2]), launcher=("-m", "perf_tests.support.stub_engine"), name="soak",
                   proof=False, env_extra=tuple(json.loads(sys.argv[3])))
 factory = EngineFactory(Path(sys.argv[1]), deadline_s=30.0, stop_grace_s=1.0)
 t0 = time.monotonic()

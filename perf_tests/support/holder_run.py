@@ -1,6 +1,6 @@
 """A run that holds one of everything a perf run leaves behind, for the sweep's self-tests (real objects only).
 
-``python -m engine_fixtures.testing.holder_run --results DIR --state DIR --ready FILE [--quota CORES]
+``python -m perf_tests.support.holder_run --results DIR --state DIR --ready FILE [--quota CORES]
 [--cgroup-parent PATH]`` makes itself a run (``owner.claim``), records itself in the state directory, starts a
 supervised child inside a real ``CpuQuota`` that creates and maps an SGLang-named ``sgl_shm_*`` segment (no
 owner in its name, as SGLang's are), opens an atomic write of ``DIR/results-holder.json`` and leaves it

@@ -6,7 +6,7 @@ plus ``inject.spin(--spin-ms)`` when asked, the known slowdown a differential mu
 (``detokenize``: a little CPU work) -> root. It prints ``ready`` once both children answer, then serves stdin
 lines: a number of seconds to run requests back to back, answered with the requests completed; EOF stops it.
 
-    python -m engine_fixtures.testing.work_tree [--spin-ms MS] [--work-ms MS]
+    python -m perf_tests.support.work_tree [--spin-ms MS] [--work-ms MS]
 """
 
 from __future__ import annotations
