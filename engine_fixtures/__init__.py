@@ -33,6 +33,9 @@ _EXPORTS = {
     "Shape": "engine_fixtures.scenarios.figures",
     "CpuTierScenario": "engine_fixtures.scenarios.cpu_tier",
     "CpuTierArm": "engine_fixtures.cpu_tier.arms",
+    "THREAD_ARMS": "engine_fixtures.cpu_tier.arms",
+    "transport_arm": "engine_fixtures.cpu_tier.arms",
+    "find_hidden_caps": "engine_fixtures.engine.lint",
     "WorkloadSpec": "engine_fixtures.loadgen.workload",
     "EngineSpec": "engine_fixtures.engine.spec",
     "EngineHandle": "engine_fixtures.engine.handle",
@@ -49,7 +52,7 @@ _EXPORTS = {
 _RENAMED = {"installed_sglang": "installed"}
 __all__ = [  # noqa: RUF022 (grouped as _EXPORTS)
     "EngineScenario", "Group", "Arm", "Contrast", "CounterBound", "FAMILIES", "REPORTED", "INHERIT", "QUOTA_THREADS",
-    "SeedFigure", "Point", "Shape", "CpuTierScenario", "CpuTierArm",
+    "SeedFigure", "Point", "Shape", "CpuTierScenario", "CpuTierArm", "THREAD_ARMS", "transport_arm", "find_hidden_caps",
     "WorkloadSpec", "EngineSpec",
     "EngineHandle", "KnownRegression", "SHM_COPY", "IPC_CACHE_OFF", "PP_MICROBATCH_CAP", "installed_sglang",
     "known_regression", "InvariantViolated", "MeasurementError", "ConfigError",

@@ -119,7 +119,7 @@ class GpuTier:
     # ------------------------------------------------------------------ measuring, once per session
     def measure(self, group: Group) -> Measured:
         __tracebackhide__ = True
-        cached = self.results.group(group.id)
+        cached = self.results.group(group)  # the declaration itself: two groups of one id never share
         if cached is not None:
             return cached
         store = self.session.store
@@ -138,7 +138,7 @@ class GpuTier:
             self.session.record(self.request.node.nodeid, result, measured.pools[name],
                                 store.path_for(result.scenario) if isinstance(base, Baseline) else None)
         self.request.node.add_report_section("call", "perf timeline", measured.timeline)
-        self.results.put_group(group.id, measured)
+        self.results.put_group(group, measured)
         return measured
 
     def _on_engine(self, engine: Any) -> None:

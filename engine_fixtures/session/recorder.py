@@ -125,15 +125,17 @@ class PerfRecorder:
         return verdicts
 
     def finish(self, scenario: str, arm: object, verdicts: Sequence[Verdict], where: str, *, kind: str,
-               pool: Baseline | MissingBaseline | None = None, label: str = "", profile: str = "") -> None:
+               pool: Baseline | MissingBaseline | None = None, label: str = "", profile: str = "",
+               judges: Sequence[str] = ()) -> None:
         """The one way a test ends by its rows: rows with no arm of their own (``kind`` "contrast" or "rows": a
-        contrast's, a figure's) are recorded here (a result's own rows were recorded with it), the table is attached
-        as a report section, and the test ends by them: ``conclude`` for rows against a pool, ``conclude_contrast``
-        for a contrast's; a figure's rows are report-only and end nothing."""
+        contrast's, an invariant's, a counter's, a figure's) are recorded here (a result's own rows were recorded with
+        it; ``judges``: the measured scenarios whose run such a row judges), the table is attached as a report
+        section, and the test ends by them: ``conclude`` for rows against a pool, ``conclude_contrast`` for a
+        contrast's; a figure's rows are report-only and end nothing."""
         __tracebackhide__ = True
         if kind != "pool":
             for v in verdicts:
-                self.session.record_invariant(self.item.nodeid, scenario, v)
+                self.session.record_invariant(self.item.nodeid, scenario, v, judges, expects_violation(self.item))
         self.sections_for(scenario, arm, verdicts, where)
         if kind == "contrast":
             conclude_contrast(label or scenario, verdicts, self.session.settings.strict, profile)
@@ -162,14 +164,9 @@ class PerfRecorder:
         verdict = judge_invariant(label, metric_name, ref, cur, bound, alpha=alpha)
         scenario = current.scenario if isinstance(current, RunResult) else self.item.nodeid
         arms = tuple(dict.fromkeys(x.scenario for x in (current, reference) if isinstance(x, RunResult)))
-        self.session.record_invariant(self.item.nodeid, scenario, verdict, arms, expects_violation(self.item))
-        self.sections_for(scenario, {}, [verdict], "same-run invariant")
         keys = [label, *(x.scenario for x in (reference, current) if isinstance(x, RunResult))]
-        where = _where(self.session.profiles.failure_text(keys))
-        if verdict.status == "regression":
-            raise InvariantViolated(f"performance invariant violated: {verdict.message}{where}")
-        if verdict.status == "inconclusive":
-            _inconclusive(self.session.settings.strict, f"invariant {label}: {verdict.message}{where}")
+        self.finish(scenario, {}, [verdict], "same-run invariant", kind="contrast", label=label, judges=arms,
+                    profile=self.session.profiles.failure_text(keys))
         return verdict
 
     def sections_for(self, scenario: str, arm: object, verdicts: Sequence[Verdict], where: str) -> None:
@@ -231,7 +228,7 @@ def conclude(scenario: str, verdicts: Sequence[Verdict], strict: bool, missing: 
 
 
 def conclude_contrast(label: str, verdicts: Sequence[Verdict], strict: bool, profile: str = "") -> None:
-    """End a contrast's test (live arms or a group of engines) by its rows: a violated row raises
+    """End a contrast's test (a group's, a CPU-tier invariant's, a counter's) by its rows: a violated row raises
     ``InvariantViolated`` (known upstream regressions are strict xfails on it), an undecided one is ``Inconclusive``
     in strict mode, and a contrast with no gating row measured on both sides is an error, never a pass."""
     __tracebackhide__ = True
@@ -240,8 +237,9 @@ def conclude_contrast(label: str, verdicts: Sequence[Verdict], strict: bool, pro
                                f"{', '.join(f'{v.metric} {v.status}' for v in verdicts) or 'none'})")
     violated = [v for v in verdicts if v.status == "regression"]
     if violated:
-        lines = "\n".join(f"  {v.message}" for v in violated)
-        raise InvariantViolated(f"contrast violated: {label}:\n{lines}{_where(profile)}")
+        lines = "".join(f"\n  {v.message}" for v in violated[1:])
+        raise InvariantViolated(f"performance invariant violated: {violated[0].message}{lines}\n(contrast {label})"
+                                f"{_where(profile)}")
     undecided = [v for v in verdicts if v.status == "inconclusive"]
     if undecided:
         _inconclusive(strict, f"contrast {label}:\n" + "\n".join(f"  {v.message}" for v in undecided) +
@@ -287,9 +285,6 @@ class InvariantJudge:
                           len(values), f"{bound.metric} of {bound.arm}: {rule} {seen:.3g} over {over} "
                           f"({bound.kind.replace('_', ' ')} {bound.limit:g}): "
                           f"{'holds' if holds else 'invariant violated'}", "linear")
-        self.recorder.session.record_invariant(self.recorder.item.nodeid, result.scenario, verdict,
-                                               (result.scenario,), expects_violation(self.recorder.item))
-        self.recorder.sections_for(result.scenario, {}, [verdict], "counter invariant")
-        if status == "regression":
-            raise InvariantViolated(f"performance invariant violated: {verdict.message}")
+        self.recorder.finish(result.scenario, {}, [verdict], "counter invariant", kind="contrast",
+                             label=bound.label, judges=(result.scenario,))
         return verdict

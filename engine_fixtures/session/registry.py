@@ -1,5 +1,5 @@
 """``ScenarioResults``: this session's measured results by arm id, so cross-arm invariants do not depend on test
-order or a module global, and each group's measurement (``group``/``put_group``: a live group or a group of engines,
+order or a module global, and each group's measurement (``group``/``put_group``: keyed by the declared ``Group``,
 measured once, read by every test of the group). Stored in ``config.stash`` (``results_of(config)``)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ class ScenarioResults:
     def __init__(self) -> None:
         self._by_id: dict[str, RunResult] = {}
         self._sets: dict[str, dict[str, RunResult]] = {}
-        self._groups: dict[str, Any] = {}
+        self._groups: dict[Any, Any] = {}
 
     def put(self, arm_id: str, result: RunResult) -> None:
         self._by_id[arm_id] = result
@@ -34,12 +34,12 @@ class ScenarioResults:
         self._sets[name] = results
         self._by_id.update(results)
 
-    def group(self, group_id: str) -> Any:
-        """What ``put_group`` stored for a group (None before it was measured)."""
-        return self._groups.get(group_id)
+    def group(self, group: Any) -> Any:
+        """What ``put_group`` stored for a declared group (None before it was measured)."""
+        return self._groups.get(group)
 
-    def put_group(self, group_id: str, measured: Any) -> None:
-        self._groups[group_id] = measured
+    def put_group(self, group: Any, measured: Any) -> None:
+        self._groups[group] = measured
 
 
 RESULTS_KEY = pytest.StashKey[ScenarioResults]()

@@ -168,9 +168,15 @@ def run_ab(factory: EngineFactory, model: Path, stream: LoadStream, settings: Se
         live.update(reference=ref, candidate=cand)
         starts.append([ref.instance, cand.instance])
 
+    warmed: set[str] = set()
+
     def visit(arm: Arm, n: int, _unit: int) -> list[dict[str, float]]:
-        plan = SegmentPlan(SCENARIO.workload(), n, settings.window_s, settings.warmup_s)
-        return measure_segment(live[arm.name], stream, plan, Timeline())  # type: ignore[arg-type]
+        engine = live[arm.name]
+        # a fresh engine's first segment warms up 3x longer (the runner loads it to first light instead, 5 s each)
+        first = engine.instance not in warmed  # type: ignore[attr-defined]
+        warmed.add(engine.instance)  # type: ignore[attr-defined]
+        plan = SegmentPlan(SCENARIO.workload(), n, settings.window_s, settings.warmup_s * (3.0 if first else 1.0))
+        return measure_segment(engine, stream, plan, Timeline())  # type: ignore[arg-type]
 
     def undecided(windows, block_unit, alpha):  # type: ignore[no-untyped-def]
         return open_cells(AB, windows, block_unit, Judging(alpha, 2 * instances, null_for=lambda _m: null))

@@ -18,7 +18,7 @@ from engine_fixtures.engine.proof import ArmProof
 from engine_fixtures.engine.running import batch_histograms, probe_states, running_requests, summarize
 from engine_fixtures.errors import InvariantViolated, MeasurementError
 from engine_fixtures.scenarios.segment import segment_values
-from engine_fixtures.session.recorder import InvariantJudge
+from engine_fixtures.session.recorder import InvariantJudge, PerfRecorder
 from engine_fixtures.sglang_plugin.instrument import (
     RUNNING_PROBE,
     SCHEDULER_MODULE_ENV,
@@ -149,13 +149,16 @@ SPARSE = {"window_instance": ["e1", "e1", "e2", "e2"], "sample_windows": {"runni
 
 
 def judge_counter(result: RunResult, bound: CounterBound) -> Any:
+    """Through the recorder's one finish path (record, sections, conclude), with a session that only keeps rows."""
     recorded: list[Any] = []
-    item = SimpleNamespace(nodeid="t::counter", get_closest_marker=lambda _name: None)
-    recorder = SimpleNamespace(item=item, session=SimpleNamespace(record_invariant=lambda *a: recorded.append(a)),
-                               sections_for=lambda *_a: None)
-    verdict = InvariantJudge(recorder, SimpleNamespace(get=lambda _arm: result)).counter(bound)  # type: ignore[arg-type]
-    assert recorded
-    return verdict
+    item = SimpleNamespace(nodeid="t::counter", get_closest_marker=lambda _name: None,
+                           add_report_section=lambda *_a: None, stash={})
+    session = SimpleNamespace(record_invariant=lambda *a: recorded.append(a), settings=SimpleNamespace(strict=True))
+    recorder = PerfRecorder(session, item)  # type: ignore[arg-type]
+    try:
+        return InvariantJudge(recorder, SimpleNamespace(get=lambda _arm: result)).counter(bound)
+    finally:
+        assert recorded
 
 
 def test_a_counter_bound_reads_one_value_per_segment() -> None:

@@ -15,8 +15,15 @@ from __future__ import annotations
 
 import pytest
 
-from engine_fixtures import SHM_COPY, Contrast, CpuTierArm, CpuTierScenario, known_regression
-from engine_fixtures.cpu_tier.arms import THREAD_ARMS, transport_arm
+from engine_fixtures import (
+    SHM_COPY,
+    THREAD_ARMS,
+    Contrast,
+    CpuTierArm,
+    CpuTierScenario,
+    known_regression,
+    transport_arm,
+)
 from engine_fixtures.transport.handles import skip_reason
 
 QUOTA = 0.5

@@ -15,8 +15,14 @@ from __future__ import annotations
 
 import pytest
 
-from engine_fixtures import PP_MICROBATCH_CAP, CounterBound, EngineHandle, EngineScenario, known_regression
-from engine_fixtures.engine.lint import find_hidden_caps
+from engine_fixtures import (
+    PP_MICROBATCH_CAP,
+    CounterBound,
+    EngineHandle,
+    EngineScenario,
+    find_hidden_caps,
+    known_regression,
+)
 
 DEPTHS = (2, 4, 8)
 M = 16  # max_running_requests
