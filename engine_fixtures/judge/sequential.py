@@ -12,11 +12,12 @@ nothing or the budget is spent, and returns the ``Progress`` (windows measured, 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.judge.decide import ALPHA
+from engine_fixtures.judge.rows import Verdict
 
 DEFAULT_REPEATS = 5  # windows (rounds, blocks) before the first look (--perf-repeats)
 DEFAULT_MAX_REPEATS = 15  # the budget while a verdict is undecided (--perf-max-repeats)
@@ -59,6 +60,27 @@ class Progress:
     @property
     def decided(self) -> bool:
         return not self.undecided
+
+
+CELL = "{label}: {metric}"  # an open cell, as open_cells names it
+
+
+def open_cells(pools: Mapping[str, Sequence[Verdict]] | None = None,
+               contrasts: Mapping[str, Sequence[Verdict]] | None = None) -> list[str]:
+    """The one stopping rule of both tiers: the cells still undecided, ``<arm>: <metric>`` for an arm's rows
+    against its pool, ``<contrast>: <metric>`` for a contrast's. A contrast with a violated row is decided (it fails
+    whatever its other rows say), so its undecided rows do not keep the runner measuring."""
+    out = [CELL.format(label=arm, metric=v.metric) for arm, rows in (pools or {}).items() for v in rows
+           if v.status == "inconclusive"]
+    for label, rows in (contrasts or {}).items():
+        if not any(v.status == "regression" for v in rows):
+            out += [CELL.format(label=label, metric=v.metric) for v in rows if v.status == "inconclusive"]
+    return out
+
+
+def label_of(cell: str) -> str:
+    """The arm or contrast label of a cell ``open_cells`` named (metric names hold no ': ')."""
+    return cell.rpartition(": ")[0]
 
 
 def measure_until_decided(budget: Budget, measure: Callable[[int], None],

@@ -20,6 +20,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from engine_fixtures.judge import sequential
 from engine_fixtures.judge.blocks import labelled_effects, near_order, plan, unit_means
 from engine_fixtures.judge.decide import NullSample
 from engine_fixtures.judge.gating import gating
@@ -99,7 +100,7 @@ def measure(group: Group, budget: Budget, visit: Visit, undecided: Undecided, *,
 
     def look(alpha: float) -> Sequence[str]:
         cells = list(undecided(windows, block_unit, alpha))
-        looked.append({contrast_of(cell) for cell in cells})
+        looked.append({sequential.label_of(cell) for cell in cells})
         return cells
 
     progress = measure_until_decided(budget, measure_units, look)
@@ -164,20 +165,7 @@ def contrast_verdicts(group: Group, contrast: Contrast, windows: ArmWindows, blo
     return out
 
 
-CELL = "{label}: {metric}"  # an open contrast cell, as open_cells names it
-
-
-def contrast_of(cell: str) -> str:
-    """The contrast label of a cell ``open_cells`` named (metric names hold no ': ')."""
-    return cell.rpartition(": ")[0]
-
-
 def open_cells(group: Group, windows: ArmWindows, block_unit: Sequence[int], judging: Judging) -> list[str]:
-    """The contrast cells still undecided (what keeps the runner measuring). A contrast with a violated family is
-    decided (it fails whatever its other families say), so its undecided cells do not keep the runner going."""
-    out = []
-    for c in group.contrasts:
-        rows = contrast_verdicts(group, c, windows, block_unit, judging)
-        if not any(v.status == "regression" for v in rows):
-            out += [CELL.format(label=c.label, metric=v.metric) for v in rows if v.status == "inconclusive"]
-    return out
+    """The contrast cells still undecided (``judge.sequential.open_cells``, the one stopping rule)."""
+    return sequential.open_cells(contrasts={c.label: contrast_verdicts(group, c, windows, block_unit, judging)
+                                            for c in group.contrasts})

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from engine_fixtures.cpu_tier.arms import CpuTierArm
 from engine_fixtures.cpu_tier.driver import After, run_arms
+from engine_fixtures.judge import sequential
 from engine_fixtures.judge.paired import judge_rounds
 from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.judge.verdicts import Verdict
@@ -41,15 +42,12 @@ class CpuTierScenario:
 
 
 def open_cells(scenario: CpuTierScenario, results: Sequence[RunResult], judge: Judge, alpha: float) -> list[str]:
-    """The (arm, metric) cells and contrasts that are still inconclusive."""
+    """The arms' pool cells and the contrasts' cells still undecided (``judge.sequential.open_cells``)."""
     by = {a.id: r for a, r in zip(scenario.arms, results, strict=True)}
-    cells = [f"{arm.id}:{v.metric}" for arm in scenario.judged_arms for v in judge(by[arm.id], alpha)
-             if v.status == "inconclusive"]
-    for c in scenario.contrasts:
-        rows = judge_rounds(c.label, c.metrics, by[c.reference].samples, by[c.candidate].samples, c.bound, alpha)
-        if any(v.status == "inconclusive" for v in rows):
-            cells.append(c.label)
-    return cells
+    return sequential.open_cells(
+        pools={arm.id: judge(by[arm.id], alpha) for arm in scenario.judged_arms},
+        contrasts={c.label: judge_rounds(c.label, c.metrics, by[c.reference].samples, by[c.candidate].samples,
+                                         c.bound, alpha) for c in scenario.contrasts})
 
 
 def measure(scenario: CpuTierScenario, settings: Settings, judge: Judge,

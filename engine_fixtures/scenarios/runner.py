@@ -34,6 +34,7 @@ from engine_fixtures.engine.proof import ArmProof
 from engine_fixtures.engine.spec import EngineSpec, with_quota_setting
 from engine_fixtures.errors import MeasurementError
 from engine_fixtures.judge.metrics import metric
+from engine_fixtures.judge.sequential import open_cells as open_cells_of
 from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.loadgen.workload import WorkloadSpec
 from engine_fixtures.options import Settings
@@ -199,10 +200,9 @@ class GroupRunner:
                 return open_cells(group, windows, block_unit, Judging(alpha, budget.maximum, judging.floor,
                                                                       judging.detect, judging.null_for,
                                                                       judging.ab_axes))
-            return [f"{name}: {v.metric}" for name in windows
-                    for v in self.env.pool_verdicts(self._result(group, name, windows[name], live, specs, served,
-                                                                 timeline, {"alpha_per_look": alpha}))
-                    if v.status == "inconclusive"]
+            return open_cells_of(pools={name: self.env.pool_verdicts(self._result(
+                group, name, windows[name], live, specs, served, timeline, {"alpha_per_look": alpha}))
+                for name in windows})
 
         if not group.separate:
             (engine,) = self._engines([specs[group.arms[0].name]], timeline)

@@ -14,9 +14,9 @@ from engine_fixtures.judge.decide import ALPHA, FAMILY_ALPHA, decide_contrast, g
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.paired import GROUP_CEILING_FACTOR, judge_contrast
 from engine_fixtures.judge.rows import worse_change
-from engine_fixtures.judge.sequential import Budget
+from engine_fixtures.judge.sequential import Budget, label_of
 from engine_fixtures.judge.simulate import contrast_outcomes
-from engine_fixtures.scenarios.blocks_run import Judging, contrast_of, contrast_verdicts, measure
+from engine_fixtures.scenarios.blocks_run import Judging, contrast_verdicts, measure
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.group import Arm, Contrast, Group
 
@@ -229,7 +229,7 @@ def test_an_arm_stops_being_served_once_no_open_contrast_needs_it() -> None:
     names = ["a", "b", "c", "pool"]
     assert group.order(names, 3) == names  # before the first look every arm is served
     # "b >= a" flagged (decided): a is needed by no open contrast; b still is; the pool-only arm always is
-    assert group.order(names, 3, {contrast_of("b >= c: requests_per_s")}) == ["b", "c", "pool"]
+    assert group.order(names, 3, {label_of("b >= c: requests_per_s")}) == ["b", "c", "pool"]
     assert group.order(names, 3, set()) == ["pool"]
 
 
