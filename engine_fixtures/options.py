@@ -162,9 +162,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("floor", "Override every judged metric's declared floor (the smallest change ever flagged), e.g. 5 or "
            "5%. The tolerance itself comes from the noise measured in the pooled baseline.", parse_percent, None,
            "PCT", show=lambda v: f"{v * 100:g}%"),
-    Option("reference", "Judge the engine tier as a paired A/B against this reference build, measured interleaved "
-           "on this runner: venv:DIR, python:PATH, site:DIR, wheel:FILE.whl, patch:NAME=MS, env:K=V (join with "
-           "'+'). Without it, results are judged against the pooled baselines.", parse_reference, None, "BUILD"),
+    Option("reference", "Run the A/B of two builds against this reference build, measured interleaved on this "
+           "runner: venv:DIR, python:PATH, site:DIR, wheel:FILE.whl, patch:NAME=MS, env:K=V (join with '+'). Only "
+           "the tests marked ab run with it (the others judge one build and skip, saying so).", parse_reference,
+           None, "BUILD"),
     Option("ab_instances", "A group of engines (an A/B against --perf-reference, the transport group): fresh "
            "instance groups (engine pairs) to measure before the first look; the group is the unit of every "
            "verdict, so the offset between two starts of one build (TPOT 3%, TTFT 5% on the 4B shape) is inside "
