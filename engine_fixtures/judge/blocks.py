@@ -6,15 +6,15 @@ every member and cancels in every contrast. Consecutive blocks meet at a repeate
 which the runner serves in one visit. The per-block effect of ``candidate`` against ``reference`` is
 ``mean log(candidate) - mean log(reference)`` over that block's windows (linear metrics: the difference of the
 means): the unit a paired contrast judges (``decide.decide_contrast``). Where members ran on separate engines
-(a group of launches, ``scenarios.groups``), the unit is the instance group instead: ``unit_means`` averages the
+(a group of launches, ``scenarios.group``), the unit is the instance group instead: ``unit_means`` averages the
 block effects of each fresh group of engines, so the offset between two engine starts is inside the interval.
 
 Within a block, ``near_order`` puts the two members of each contrast next to each other where it can: the host's
 noise has a memory of seconds, so neighbours difference more of it away.
 
-The one block order and the one effect computation of both tiers: live arms on one engine
-(``scenarios.live_runs``), groups of engines (``scenarios.groups``: the A/B of two builds, transports, the A/B
-study) and the CPU tier's rounds (``cpu_tier.driver``: a round is half a block, the forward or the reversed pass).
+The one block order and the one effect computation of both tiers: a ``Group``'s blocks (``scenarios.blocks_run``:
+live arms on one engine, launches of their own such as the A/B of two builds and the transports, the A/B study) and
+the CPU tier's rounds (``cpu_tier.driver``: a round is half a block, the forward or the reversed pass).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ send and completion, no timer and no polling), where its segment's measured span
   warm-up request has completed (whatever its outcome: a failed or timed-out request completes too). A warm-up
   request is one sent before ``warm_until`` or one of the first wave (the first ``concurrency`` sends, which go out
   together into an idle engine), so even a nominal warm-up of 0 s lasts until the first wave has completed: what a
-  live arm's visit uses after its switch (``session.live_runner``). It ends at ``measure_at = max(warm_until, the
+  live arm's visit uses after its switch (``scenarios.runner``). It ends at ``measure_at = max(warm_until, the
   latest completion among those requests + WARMUP_EPSILON_S)`` (``warmup_end``, the one implementation of this
   rule): a warm-up request never completes inside a measured window (``loadgen.stream.finished_in`` counts
   ``lo <= end < hi``). The rule is per request, not per wave: at any concurrency, lockstep or not;

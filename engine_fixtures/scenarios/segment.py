@@ -29,7 +29,7 @@ others: the visit (one segment) is their unit, so a copy per window would count 
 - the CUDA IPC arm's ``ipc_opens_per_image`` and ``rebuild_ms_per_image`` from the proof counters;
 - the diagnostic ``client_loop_lag_p99_ms`` (the client's event-loop lag over the segment).
 
-A consumer reads a per-segment metric from the windows that have it (``scenarios.pooled.engine_result`` records
+A consumer reads a per-segment metric from the windows that have it (``scenarios.results.arm_result`` records
 which, ``RunResult.windows_of``).
 
 ``window_requests(seg, t0, t1)`` keeps the requests behind a window (every one whose lifetime overlaps it, as
