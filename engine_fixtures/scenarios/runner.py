@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,13 +78,13 @@ class Measured:
     judging: Judging
     results: Mapping[str, RunResult]  # per arm
     pools: Mapping[str, list[Verdict]]  # per arm, against this host's pool
+    contrasts: Mapping[str, list[Verdict]]  # per contrast label, judged once at the end
     timeline: str
     profiles: Mapping[str, str] = field(default_factory=dict)  # contrast label or arm name -> failure text
     findings: tuple[str, ...] = ()
 
     def verdicts(self, label: str) -> list[Verdict]:
-        run = self.run
-        return contrast_verdicts(self.group, self.group.contrast(label), run.windows, run.block_unit, self.judging)
+        return self.contrasts[self.group.contrast(label).label]
 
 
 class GroupRunner:
@@ -118,9 +118,11 @@ class GroupRunner:
             self.env.on_engine(e)
         return tuple(engines)
 
-    def _ready(self, engine: EngineHandle, scenario: Any, timeline: Timeline) -> None:
+    def _ready(self, engine: EngineHandle, scenario: Any, timeline: Timeline, peak: int | None = None) -> None:
+        """Lint the effective configuration for hidden caps at the highest concurrency the engine will serve
+        (``peak``: a live group's arms may switch the load), then load it to first light."""
         if scenario.lint:
-            check_caps(engine.config, scenario.concurrency)  # a hidden cap would make every number meaningless
+            check_caps(engine.config, peak or scenario.concurrency)  # a hidden cap makes every number meaningless
         self.env.load.first_light(engine, scenario.workload(), timeline)
 
     def _stop(self, live: dict[str, EngineHandle], timeline: Timeline, *, release: bool, prove: bool = True) -> None:
@@ -197,16 +199,14 @@ class GroupRunner:
 
         def undecided(windows, block_unit, alpha):  # type: ignore[no-untyped-def]
             if group.contrasts or group.row_blocks is not None:
-                return open_cells(group, windows, block_unit, Judging(alpha, budget.maximum, judging.floor,
-                                                                      judging.detect, judging.null_for,
-                                                                      judging.ab_axes))
+                return open_cells(group, windows, block_unit, replace(judging, alpha=alpha))
             return open_cells_of(pools={name: self.env.pool_verdicts(self._result(
                 group, name, windows[name], live, specs, served, timeline, {"alpha_per_look": alpha}))
                 for name in windows})
 
         if not group.separate:
             (engine,) = self._engines([specs[group.arms[0].name]], timeline)
-            self._ready(engine, group.engine if group.live else group.arms[0].launch, timeline)
+            self._ready(engine, group.engine if group.live else group.arms[0].launch, timeline, group.peak_concurrency)
             live.update(dict.fromkeys(specs, engine))
         run = measure(group, budget, visit, undecided, start=start if group.separate else None,
                       blocks_per_unit=per_unit)
@@ -214,14 +214,15 @@ class GroupRunner:
         results = {a.name: self._result(group, a.name, run.windows[a.name], live, specs, served, timeline, meta[a.name])
                    for a in group.arms}
         pools = {name: self.env.pool_verdicts(r) for name, r in results.items()}
-        judging = Judging(run.alpha_per_look, run.budget_units, judging.floor, judging.detect, judging.null_for,
-                          judging.ab_axes)
-        measured = Measured(group, run, judging, results, pools, "")
+        judging = replace(judging, alpha=run.alpha_per_look, budget=run.budget_units)  # the verdicts' own, once
+        contrasts = {c.label: contrast_verdicts(group, c, run.windows, run.block_unit, judging)
+                     for c in group.contrasts}
+        measured = Measured(group, run, judging, results, pools, contrasts, "")
         profiles = self._profile(measured, live, switch if group.live else None, workloads)
         self._stop(live, timeline, release=group.separate, prove=not group.live)
         timeline.close()
-        findings = self._record_null(measured, specs)
-        return Measured(group, run, judging, results, pools, f"{group.id}: {timeline.describe()}", profiles, findings)
+        return replace(measured, timeline=f"{group.id}: {timeline.describe()}", profiles=profiles,
+                       findings=self._record_null(measured, specs))
 
     def _judging(self, group: Group, specs: Mapping[str, EngineSpec], budget: int, alpha: float) -> Judging:
         if not group.separate:
