@@ -61,9 +61,9 @@ XDIST_GROUPS: dict[str, tuple[str, ...]] = {
     # SGLang-titled stub engines and process trees started by the test itself: one such tree at a time, as the
     # suite ran before (their leak checks and fault cycles count processes and /dev/shm pools by owner).
     "stub-engines": (
-        "selftests/engine/test_engine_runs_stub.py", "selftests/engine/test_engine_stub.py",
-        "selftests/engine/test_factory_stub.py", "selftests/engine/test_live_arm_stub.py",
-        "selftests/engine/test_live_arm_proof.py", "selftests/harness/test_soak.py",
+        "selftests/engine/test_engine_runs_stub.py", "selftests/engine/test_factory_stub.py",
+        "selftests/engine/test_live_arm_stub.py", "selftests/engine/test_live_arm_proof.py",
+        "selftests/harness/test_soak.py",
         "selftests/harness/test_process.py", "selftests/harness/test_roles.py", "selftests/harness/test_owner.py",
         "selftests/profile/test_profile_cpu_tier.py", "selftests/profile/test_profile_stub_engine.py",
         "selftests/profile/test_profile_tree.py", "selftests/profile/test_profile_units.py",
@@ -74,9 +74,11 @@ XDIST_GROUPS: dict[str, tuple[str, ...]] = {
 # long runs to end, and run back to back, so the other worker pauses once): the sweep and leak tests
 # remove an owner-less SGLang segment only while no other perf run and no SGLang-titled process is alive (else
 # they skip, saying so); the real-quota tests need the CPUs a quota grants (a 1.5-core sandbox on 2 cores) or
-# read CPU-time ratios; the machine-lock test times two suites taking turns.
+# read CPU-time ratios; the machine-lock test times two suites taking turns. test_engine_stub kills a stub engine and
+# checks that its factory reports the pool it left: a stub engine of a measuring session stopping beside it took
+# that owner-less pool as its own leak and removed it first (CI, 2026-12-04), so it runs alone too (19 s).
 EXCLUSIVE: tuple[str, ...] = (
-    "selftests/harness/test_sweep.py", "selftests/harness/test_leaks.py",
+    "selftests/harness/test_sweep.py", "selftests/harness/test_leaks.py", "selftests/engine/test_engine_stub.py",
     "selftests/harness/test_recover_killed_run.py", "selftests/harness/test_machine_lock.py",
     "selftests/harness/test_cgroups.py", "selftests/harness/test_cgroup_v2_ancestor.py",
     "selftests/harness/test_samplers.py", "selftests/harness/test_sampler_overhead.py",
