@@ -48,19 +48,22 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Callable[[str, str], Path]]:
 # worker (an xdist group, in collection order), or with nothing beside them at all (exclusive). By module (path
 # under perf_tests/), so a new test in one of them inherits its module's rule; a new module that starts processes
 # belongs in one of these lists.
+# One group: every module that starts SGLang-titled stub engines or process trees, directly or in a run of pytest
+# inside a test, runs on one worker in sequence. Two groups used to run side by side, and a factory stopping its
+# engine in one took an owner-less or neighbour's /dev/shm pool of the other for its own leak and removed it (CI,
+# 2026-12-04: the crash test and the live-neighbour test failed that way).
 XDIST_GROUPS: dict[str, tuple[str, ...]] = {
     # Runs of pytest inside a test whose tests measure: each takes the perf machine lock (one measuring run per
     # machine), so two at once would only wait for each other; in sequence they never wait.
-    "measuring-sessions": (
+    "engine-trees": (
         "selftests/engine/test_engine_scenarios_stub.py", "selftests/engine/test_live_stub.py",
         "selftests/engine/test_group_stub.py", "selftests/judge/test_perf_record.py",
         "selftests/judge/test_unreadable_pool.py", "selftests/history/test_history_session.py",
         "selftests/history/test_secrets.py", "selftests/harness/test_preflight.py",
         "selftests/harness/test_plugin.py",
-    ),
-    # SGLang-titled stub engines and process trees started by the test itself: one such tree at a time, as the
-    # suite ran before (their leak checks and fault cycles count processes and /dev/shm pools by owner).
-    "stub-engines": (
+        # SGLang-titled stub engines and process trees started by the test itself: one such tree at a time (their
+        # leak checks and fault cycles count processes and /dev/shm pools by owner).
+
         "selftests/engine/test_engine_runs_stub.py", "selftests/engine/test_factory_stub.py",
         "selftests/engine/test_live_arm_stub.py", "selftests/engine/test_live_arm_proof.py",
         "selftests/harness/test_soak.py",
@@ -70,15 +73,17 @@ XDIST_GROUPS: dict[str, tuple[str, ...]] = {
         "selftests/profile/test_refusal.py",
     ),
 }
-# Nothing else runs while these do (they join the measuring sessions' group, so they never wait for one of those
+# Nothing else runs while these do (they join the engine trees' group, so they never wait for one of those
 # long runs to end, and run back to back, so the other worker pauses once): the sweep and leak tests
 # remove an owner-less SGLang segment only while no other perf run and no SGLang-titled process is alive (else
 # they skip, saying so); the real-quota tests need the CPUs a quota grants (a 1.5-core sandbox on 2 cores) or
-# read CPU-time ratios; the machine-lock test times two suites taking turns. test_engine_stub kills a stub engine and
+# read CPU-time ratios (so does test_patches: a spin must burn CPU, read beside a busy neighbour as 0.46x); the
+# machine-lock test times two suites taking turns. test_engine_stub kills a stub engine and
 # checks that its factory reports the pool it left: a stub engine of a measuring session stopping beside it took
 # that owner-less pool as its own leak and removed it first (CI, 2026-12-04), so it runs alone too (19 s).
 EXCLUSIVE: tuple[str, ...] = (
     "selftests/harness/test_sweep.py", "selftests/harness/test_leaks.py", "selftests/engine/test_engine_stub.py",
+    "selftests/engine/test_patches.py",
     "selftests/harness/test_recover_killed_run.py", "selftests/harness/test_machine_lock.py",
     "selftests/harness/test_cgroups.py", "selftests/harness/test_cgroup_v2_ancestor.py",
     "selftests/harness/test_samplers.py", "selftests/harness/test_sampler_overhead.py",
@@ -103,7 +108,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 _GROUP_OF = {path: name for name, paths in XDIST_GROUPS.items() for path in paths} | dict.fromkeys(
-    EXCLUSIVE, "measuring-sessions")
+    EXCLUSIVE, "engine-trees")
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
