@@ -1,9 +1,13 @@
 """Which run owns a process, a cgroup or a file: the pid and start time of the run's own process.
 
 A run is one pytest session (or one CLI invocation). Everything it leaves on the machine carries its owner token
-``<pid>.<start>`` (start: the process's start time in centiseconds since the epoch, exact on Linux), so a later
-run can tell the leftovers of a dead run from the live objects of a concurrent one: a pid alone is reused, a
-pid with its start time is not (and a reboot changes the start time of every pid).
+``<pid>.<start>`` (start: the process's start in centiseconds since boot, the kernel's own ``starttime`` in
+/proc/PID/stat), so a later run can tell the leftovers of a dead run from the live objects of a concurrent one: a
+pid alone is reused, a pid with its start is not. The start is read from the boot clock, never from the wall
+clock: psutil's ``create_time()`` adds the boot time that /proc/stat derives from the wall clock, so a clock step
+(NTP, a VM restored from a snapshot) moved every live run's start by whole seconds and made it look dead to its
+neighbours (their leak checks then took its segments for leftovers). Tokens of older versions (wall-clock
+centiseconds since the epoch) are still recognised.
 
 Where the token goes:
 - every supervised process tree gets ``PERF_RUN_OWNER=<token>`` in its environment (inherited by its
@@ -18,7 +22,9 @@ Contracts:
 - ``current()``: the run this process belongs to: ``PERF_RUN_OWNER`` if set (a child of a run), else the
   process itself. ``claim()`` makes this process a run of its own (a pytest session, also one started by
   another run's test) and exports the token to every child started afterwards.
-- ``RunOwner.alive()``: its process still runs (same pid *and* start time, not a zombie).
+- ``RunOwner.alive()``: its process still runs (same pid *and* start, not a zombie).
+- ``RunOwner.epoch_s()``: its start as wall-clock seconds since the epoch, for display and for comparing with file
+  times (approximate across a clock step).
 """
 
 from __future__ import annotations
@@ -38,6 +44,18 @@ _TOKEN_RE = re.compile(r"(?P<pid>\d+)\.(?P<start>\d+)")
 _TEMP_RE = re.compile(r"\..+\.(?P<token>\d+\.\d+)\.[A-Za-z0-9_]+\.tmp")
 _KIND_RE = re.compile(r"[a-z]+")
 _TEMP_DIR_RE = re.compile(r"perf-[a-z]+-(?P<token>\d+\.\d+)-[A-Za-z0-9_]+")
+_TICKS = os.sysconf("SC_CLK_TCK")
+_EPOCH_CS = 10**11  # above it a start is an older version's wall-clock token (centiseconds since 1970: 1973 on)
+
+
+def _start_cs(pid: int) -> int:
+    """Process ``pid``'s start in centiseconds since boot (/proc/PID/stat field 22); psutil.Error if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()  # the name, in parentheses, may hold spaces
+    except FileNotFoundError as exc:
+        raise psutil.NoSuchProcess(pid) from exc
+    return int(fields[19]) * 100 // _TICKS
 
 
 @dataclass(frozen=True)
@@ -45,7 +63,7 @@ class RunOwner:
     """One run: the pid of its process and that process's start time (centiseconds since the epoch)."""
 
     pid: int
-    start_cs: int
+    start_cs: int  # centiseconds since boot (an older version's token: since the epoch)
 
     @property
     def token(self) -> str:
@@ -60,20 +78,28 @@ class RunOwner:
     def of_pid(cls, pid: int) -> RunOwner | None:
         """The owner token of process ``pid`` as its own run; None if it is gone."""
         try:
-            return cls(pid, round(psutil.Process(pid).create_time() * 100))
+            return cls(pid, _start_cs(pid))
         except psutil.Error:
             return None
 
     def alive(self) -> bool:
         try:
             p = psutil.Process(self.pid)
-            return round(p.create_time() * 100) == self.start_cs and p.status() != psutil.STATUS_ZOMBIE
+            if self.start_cs >= _EPOCH_CS:  # an older version's token
+                same = round(p.create_time() * 100) == self.start_cs
+            else:
+                same = _start_cs(self.pid) == self.start_cs
+            return same and p.status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
             return False
 
+    def epoch_s(self) -> float:
+        """The start as seconds since the epoch (by today's boot time: approximate across a clock step)."""
+        return self.start_cs / 100 if self.start_cs >= _EPOCH_CS else psutil.boot_time() + self.start_cs / 100
+
     def started(self) -> str:
         """The start time in UTC, e.g. ``2026-11-30 18:40:01 UTC``."""
-        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.start_cs / 100))
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.epoch_s()))
 
     def describe(self) -> str:
         return f"run pid {self.pid} (started {self.started()})"

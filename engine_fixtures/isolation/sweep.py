@@ -83,7 +83,7 @@ class SweepReport:
     def line(self) -> str:
         if not self:
             return ""
-        runs = sorted(self.runs, key=lambda r: r.start_cs)
+        runs = sorted(self.runs, key=lambda r: r.epoch_s())
         who = (f"{len(runs)} dead run{'s' if len(runs) != 1 else ''} ("
                + ", ".join(r.describe() for r in runs[:3]) + (", ..." if len(runs) > 3 else "") + ")")
         parts = [_n(len(self.processes), "process", "processes"), _n(len(self.cgroups), "cgroup sandbox",
@@ -245,8 +245,8 @@ def _engine_segments(prefixes: tuple[str, ...], dead: list[run_registry.RunRecor
         candidates = [e for e in os.scandir(SHM_DIR) if e.name.startswith(prefixes)]
         # Process start times are counted from the boot time in whole seconds (up to 1 s early): "before this
         # run started" must hold for the earliest instant it can have started.
-        earliest = min(r.start_cs for r in dead) / 100
-        mine = me.start_cs / 100
+        earliest = min(r.owner.epoch_s() for r in dead)
+        mine = me.epoch_s()
         within = [e.name for e in candidates if earliest <= e.stat().st_ctime < mine]
         unheld = _unheld(within)
         if unheld and others_alive:
@@ -307,6 +307,6 @@ def sweep(results_dir: Path | None = None, state: Path | None = None,
         runs.add(record.owner)
     if stuck:
         kept = "; ".join(filter(None, [kept, f"cgroups that would not go: {', '.join(stuck[:3])}"]))
-    return SweepReport(tuple(sorted(runs, key=lambda r: r.start_cs)), tuple(sorted(victims)),
+    return SweepReport(tuple(sorted(runs, key=lambda r: r.epoch_s())), tuple(sorted(victims)),
                        tuple(sorted(cgroup_names)), tuple(sorted(shm)), tuple(sorted(temp_dirs)), tuple(sorted(files)),
                        tuple(sorted(set(survivors))), kept)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from engine_fixtures.isolation import owner
 from engine_fixtures.isolation.cgroups import CpuQuota, owner_of_sandbox
@@ -24,6 +25,28 @@ def test_token_round_trips_and_a_reused_pid_is_another_run() -> None:
     assert me.alive()
     assert not owner.RunOwner(me.pid, me.start_cs - 1).alive()  # same pid, other start: not this process
     assert owner.RunOwner.parse("nonsense") is None
+
+
+def test_a_wall_clock_step_leaves_a_live_run_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start comes from the boot clock: a step of the wall clock (NTP, a VM restored from a snapshot), which
+    moves psutil's boot time and so every create_time(), must not make a live run look dead to its neighbours
+    (CI, 2026-12-04: a live neighbour's segment was taken for a leftover and removed)."""
+    me = owner.RunOwner.of_pid(os.getpid())
+    assert me is not None
+    stepped = psutil.boot_time() + 5.0
+    monkeypatch.setattr(psutil, "boot_time", lambda: stepped)
+    monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: stepped)
+    assert round(psutil.Process(os.getpid()).create_time() * 100) != me.start_cs  # the old token would move
+    assert me.alive()
+    assert owner.RunOwner.of_pid(os.getpid()) == me
+    assert abs(me.epoch_s() - psutil.Process(os.getpid()).create_time()) < 0.02
+
+
+def test_an_older_versions_wall_clock_token_is_still_recognised() -> None:
+    legacy = owner.RunOwner(os.getpid(), round(psutil.Process(os.getpid()).create_time() * 100))
+    assert legacy.alive()
+    assert not owner.RunOwner(legacy.pid, legacy.start_cs - 1).alive()
+    assert legacy.started() == owner.RunOwner.of_pid(os.getpid()).started()  # type: ignore[union-attr]
 
 
 def test_an_exited_process_is_a_dead_run() -> None:
