@@ -39,6 +39,7 @@ from engine_fixtures.errors import ConfigError, LeakError, MeasurementError, Pro
 from engine_fixtures.isolation import roles
 from engine_fixtures.isolation.cgroups import CpuQuota
 from engine_fixtures.isolation.leaks import shm_held_by_tree
+from engine_fixtures.isolation.pinning import pin_roles
 from engine_fixtures.isolation.process import (
     LaunchSpec,
     StopReport,
@@ -108,6 +109,7 @@ class EngineHandle:
         self._known: dict[int, psutil.Process] = {}
         self.arm: LiveArm = launch_arm_of(spec)  # the live arm every engine process was last proved to run
         self.arm_seq = 0
+        self.pinned: dict[str, tuple[int, ...]] = {}  # role -> CPUs, where the spec pins roles (``role_cpus``)
 
     # ------------------------------------------------------------------ facts
     @property
@@ -311,6 +313,8 @@ def start_engine(
             alive=proc.ensure_alive,
         )
         handle._remember(p for pids in found.values() for p in pids)
+        if spec.role_cpus is not None:
+            handle.pinned = pin_roles(roles.discover(handle.pid), spec.role_cpus)
     except BaseException:
         if shm_seen is not None and proc is not None:  # before the stop: what the tree holds now is its own
             shm_seen.update(shm_held_by_tree(proc.pid))

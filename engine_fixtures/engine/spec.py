@@ -25,6 +25,7 @@ from pathlib import Path
 from engine_fixtures import sglang_version
 from engine_fixtures.engine.build import EngineBuild
 from engine_fixtures.errors import ConfigError, NotApplicable, QuotaError
+from engine_fixtures.isolation.pinning import RolePlacement
 from engine_fixtures.quota import QuotaSetting, checked_cores, quota_text
 from engine_fixtures.transport.arms import ENGINE_COPY_ARMS
 
@@ -58,6 +59,7 @@ class EngineSpec:
     radix_cache: bool = False
     cpu_quota: float | None = None  # applied to the engine's cgroup sandbox; a live engine's quota can change
     cpus: tuple[int, ...] | None = None  # CPU affinity of the whole engine tree (disjoint from the load client's)
+    role_cpus: RolePlacement | None = None  # per-role pinning inside ``cpus``, applied once the engine is ready
     gpus: tuple[int, ...] = (0,)
     env_extra: tuple[tuple[str, str], ...] = ()
     enable_metrics: bool = True
@@ -93,6 +95,11 @@ class EngineSpec:
             raise bad(f"pp_async_batch_depth={self.pp_async_batch_depth}", "pass 0 or more")
         if self.max_running_requests is not None and self.max_running_requests < 1:
             raise bad(f"max_running_requests={self.max_running_requests}", "pass None (auto) or >= 1")
+        if self.role_cpus is not None:
+            placed = {c for _r, cpus in self.role_cpus.roles for c in cpus} | set(self.role_cpus.rest)
+            if self.cpus is None or not placed <= set(self.cpus):
+                raise bad("role_cpus places roles outside the engine's CPUs (cpus)",
+                          "derive them from the engine's set (pinning.role_placement(cpus))")
         if self.kv_tokens is not None and self.kv_tokens < 1:
             raise bad(f"kv_tokens={self.kv_tokens}", "pass None (SGLang sizes the pool) or >= 1")
         if not 0 < self.mem_fraction_static < 1:

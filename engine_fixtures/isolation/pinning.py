@@ -15,9 +15,11 @@ that reproduces the seed's fan-out).
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from engine_fixtures.errors import ConfigError
 
@@ -78,3 +80,78 @@ def cpu_split(setting: tuple[int, ...] | str, client: tuple[int, ...] | None,
         raise ConfigError(f"--perf-engine-cpus {_ranges(engine)} and --perf-client-cpus {_ranges(client)} overlap; "
                           "give the load client CPUs of its own")
     return CpuSplit(engine, client)
+
+
+# ------------------------------------------------------------------------------------------------ per-role pinning
+# The engine's CPU-heavy roles each get whole physical cores of the engine's set, no core shared by two roles (SMT
+# siblings kept apart): the scheduler, which drives the GPU, and the HTTP server with its tokenizer manager, which
+# preprocesses every image; the detokenizer one core. The other processes share what is left. Applied after the
+# engine is ready, to every thread of each role's processes (threads started later inherit it), so one start
+# sees the same CPUs as the next: the lever against two fresh engines of one build differing (issue 36). It is not
+# the default: pinning the HTTP server to two cores bounds the spinning copy threads of regression 1 by those cores
+# rather than by the quota, so a quota scenario keeps the engine's whole set.
+ROLE_CORES: tuple[tuple[str, int], ...] = (("scheduler", 2), ("http_server", 2), ("detokenizer", 1))
+
+
+def physical_cores(cpus: Sequence[int], topology: Path = Path("/sys/devices/system/cpu")) -> list[tuple[int, ...]]:
+    """``cpus`` grouped by physical core (package and core id, from sysfs), cores in order of their first CPU.
+    A CPU whose topology is unreadable is a core of its own."""
+    cores: dict[tuple[str, str] | int, list[int]] = {}
+    for cpu in sorted(cpus):
+        base = topology / f"cpu{cpu}" / "topology"
+        try:
+            key: tuple[str, str] | int = ((base / "physical_package_id").read_text().strip(),
+                                          (base / "core_id").read_text().strip())
+        except OSError:
+            key = cpu
+        cores.setdefault(key, []).append(cpu)
+    return [tuple(c) for c in cores.values()]
+
+
+@dataclass(frozen=True)
+class RolePlacement:
+    """Role name -> the CPUs its processes run on; ``rest`` for the processes of no listed role."""
+
+    roles: tuple[tuple[str, tuple[int, ...]], ...]
+    rest: tuple[int, ...]
+
+    def cpus_of(self, role: str) -> tuple[int, ...]:
+        return dict(self.roles).get(role, self.rest)
+
+    def describe(self) -> str:
+        return "; ".join(f"{r} on CPUs {_ranges(c)}" for r, c in (*self.roles, ("others", self.rest)))
+
+
+def role_placement(engine: Sequence[int], wanted: Sequence[tuple[str, int]] = ROLE_CORES,
+                   topology: Path = Path("/sys/devices/system/cpu")) -> RolePlacement:
+    """Whole physical cores of ``engine`` for each role of ``wanted`` (role, cores), in order; the rest for the
+    other processes. ConfigError when the set has too few cores for every role and one core for the rest."""
+    cores = physical_cores(engine, topology)
+    need = sum(n for _r, n in wanted) + 1
+    if len(cores) < need:
+        raise ConfigError(f"per-role pinning needs {need} physical cores in the engine's CPUs ({_ranges(engine)} "
+                          f"hold {len(cores)}): give the engines more CPUs (--perf-engine-cpus) or turn it off "
+                          "(--perf-role-cpus off)")
+    roles, i = [], 0
+    for role, n in wanted:
+        roles.append((role, tuple(c for core in cores[i:i + n] for c in core)))
+        i += n
+    return RolePlacement(tuple(roles), tuple(c for core in cores[i:] for c in core))
+
+
+def pin_roles(pids: Mapping[str, Sequence[int]], placement: RolePlacement) -> dict[str, tuple[int, ...]]:
+    """Set every thread of every process of each role in ``pids`` to its CPUs; returns role -> CPUs for the roles
+    that had processes. A process or thread that exits meanwhile is skipped."""
+    done: dict[str, tuple[int, ...]] = {}
+    for role, members in pids.items():
+        cpus = placement.cpus_of(role)
+        for pid in members:
+            try:
+                tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+            except FileNotFoundError:
+                continue
+            for tid in tids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.sched_setaffinity(tid, cpus)
+            done[role] = cpus
+    return done

@@ -15,6 +15,7 @@ from pathlib import Path
 from engine_fixtures.engine.build import EngineBuild
 from engine_fixtures.engine.spec import SGLANG_LAUNCHER, EngineSpec
 from engine_fixtures.errors import ConfigError
+from engine_fixtures.isolation.pinning import RolePlacement
 from engine_fixtures.loadgen.workload import WorkloadSpec
 from engine_fixtures.quota import declared_cores
 
@@ -44,7 +45,8 @@ class EngineScenario:
     proof: bool = True
 
     def spec(self, model: Path, gpus: tuple[int, ...], build: EngineBuild | None = None,
-             mem_fraction_static: float | None = None, cpus: tuple[int, ...] | None = None) -> EngineSpec:
+             mem_fraction_static: float | None = None, cpus: tuple[int, ...] | None = None,
+             role_cpus: RolePlacement | None = None) -> EngineSpec:
         if len(gpus) < self.gpus:
             raise ConfigError(f"scenario {self.id} needs {self.gpus} GPU(s), --perf-gpus gives {gpus}")
         # Decode batches never exceed the client's concurrency: capturing CUDA graphs beyond it costs start time.
@@ -59,6 +61,7 @@ class EngineScenario:
                           pp_max_micro_batch_size=self.pp_max_micro_batch_size, gpus=tuple(gpus[: self.gpus]),
                           mem_fraction_static=mem_fraction_static or self.mem_fraction_static, extra_args=graph,
                           build=build or EngineBuild(), launcher=self.launcher, proof=self.proof, cpus=cpus,
+                          role_cpus=role_cpus,
                           name="sglang" if self.launcher == SGLANG_LAUNCHER else "stub")
 
     def workload(self) -> WorkloadSpec:

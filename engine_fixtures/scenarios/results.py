@@ -96,7 +96,8 @@ def arm_result(group: Group, arm: Arm, spec: EngineSpec, cores: float | None, en
             "window_s": settings.window_s, "warmup_s": settings.warmup_s,
             "window_requests": round(float(np.mean(done)), 1) if done else 0.0,
             "window_instance": list(instances), "engine_instances": sorted(set(instances)),
-            SAMPLE_WINDOWS_KEY: sparse, "cpus": list(engine.spec.cpus) if engine.spec.cpus else None, **extra,
+            SAMPLE_WINDOWS_KEY: sparse, "cpus": list(engine.spec.cpus) if engine.spec.cpus else None,
+            "role_cpus": engine.spec.role_cpus.describe() if engine.spec.role_cpus else None, **extra,
             "timeline": timeline.to_json()}
     axes = engine.spec.arm if arm.launch is not None else {**spec.with_(cpu_quota=cores).arm,
                                                            **live_axes(group, arm, spec)}

@@ -33,6 +33,7 @@ from engine_fixtures.engine.lint import check_caps
 from engine_fixtures.engine.proof import ArmProof
 from engine_fixtures.engine.spec import EngineSpec, with_quota_setting
 from engine_fixtures.errors import MeasurementError
+from engine_fixtures.isolation.pinning import role_placement
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.sequential import open_cells as open_cells_of
 from engine_fixtures.judge.verdicts import Verdict
@@ -101,7 +102,9 @@ class GroupRunner:
             names = sorted({n for a in group.arms for n, _ in a.patches})
             build = with_patch(build, dict.fromkeys(names, 0.0)) if names else build
         spec = group.scenario_of(arm) if arm.launch is not None else group.engine
-        out = spec.spec(self.env.model, self.settings.gpus, build, cpus=self.env.load.split.engine)  # type: ignore[union-attr]
+        cpus = self.env.load.split.engine
+        roles = role_placement(cpus) if cpus and self.settings.role_cpus == "on" else None
+        out = spec.spec(self.env.model, self.settings.gpus, build, cpus=cpus, role_cpus=roles)  # type: ignore[union-attr]
         return with_quota_setting(out, self.settings.cpu_quota, self.settings.sources.get("cpu_quota", "default"))
 
     def _engines(self, specs: list[EngineSpec], timeline: Timeline) -> tuple[EngineHandle, ...]:
