@@ -2,7 +2,14 @@
 detections.
 
     python -m perf_tests.sglang.gpu_studies.ab_study --model DIR --scenario cpu-copy=buffer --sizes 0,5,10,20 \
-        --pairs 3 --budget-s 540 --out DIR [--engine-cpus 0-11 --client-cpus 12-15]
+        --pairs 3 --budget-s 540 --out DIR [--engine-cpus 0-11 --client-cpus 12-15] [--patch slow-decode]
+    python -m perf_tests.sglang.gpu_studies.ab_study --model DIR --sizes '' --placements off,on --pairs 5 \
+        --blocks 6 --out DIR          # variance components of fresh engines, per-role pinning off and on
+
+With ``--placements off,on`` every instance group holds one engine per placement (per-role pinning,
+``--perf-role-cpus``), alive together and measured in mirrored blocks, so the lever's effect is paired and a drift
+cancels; each window is logged with its engine and visit, and ``components`` reports the variance components of
+every arm, what a pool of its engines promises, and the bimodal TPOT (``components.json``).
 
 A group of launches (``scenarios.group.Group``, ``Arm(launch=...)``): the reference and one candidate per size S,
 all of the installed SGLang, each candidate carrying the named patch ``slow-scheduler`` (a CPU spin in every
@@ -27,6 +34,7 @@ import json
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
@@ -37,7 +45,7 @@ from engine_fixtures.engine.factory import EngineFactory
 from engine_fixtures.engine.group import start_group
 from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.isolation.cgroups import configure_parent
-from engine_fixtures.isolation.pinning import cpu_split
+from engine_fixtures.isolation.pinning import cpu_split, role_placement
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.loadgen.stream import LoadStream
@@ -48,8 +56,11 @@ from engine_fixtures.scenarios.group import Arm, Contrast, Group
 from engine_fixtures.scenarios.load import SessionLoad
 from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
+from engine_fixtures.sglang_plugin.patches import TARGETS as PATCHES
+from perf_tests.sglang.gpu_studies.components import GATED, Components, components, slow_share
+from perf_tests.sglang.gpu_studies.components import render as render_components
 
-PATCH = "slow-scheduler"
+PATCH = "slow-scheduler"  # the default patch of the candidates (--patch)
 SCENARIOS = {s.id: s for s in (EngineScenario("cuda_ipc-cache=on", transport="cuda_ipc", ipc_cache="on"),
                                EngineScenario("cpu-copy=buffer", transport="cpu", copy="buffer"),
                                EngineScenario("cpu-copy=buffer-quota", transport="cpu", copy="buffer",
@@ -57,12 +68,20 @@ SCENARIOS = {s.id: s for s in (EngineScenario("cuda_ipc-cache=on", transport="cu
 REFERENCE = "reference"
 
 
-def study_group(scenario: EngineScenario, sizes: int) -> Group:
-    """The reference and one candidate per size, each candidate contrasted with the reference."""
+def study_group(scenario: EngineScenario, sizes: int, placements: Sequence[str] = ("off",),
+                patch: str = PATCH) -> Group:
+    """The reference and one candidate per size, each candidate contrasted with the reference; with several
+    placements, one reference per placement (named by it), each contrasted with the first."""
+    if len(placements) > 1:
+        if sizes:
+            raise SystemExit("--placements with more than one placement measures references only: pass --sizes ''")
+        return Group(f"components/{scenario.id}", arms=tuple(Arm(p, launch=scenario) for p in placements),
+                     contrasts=tuple(Contrast(f"role pinning {p} vs {placements[0]}", placements[0], p, 1.0, JUDGED,
+                                              report=()) for p in placements[1:]))
     names = [f"c{i + 1}" for i in range(sizes)]
     return Group(f"ab-study/{scenario.id}",
                  arms=(Arm(REFERENCE, launch=scenario),
-                       *(Arm(n, launch=scenario, build=with_patch(EngineBuild(), {PATCH: 0.0})) for n in names)),
+                       *(Arm(n, launch=scenario, build=with_patch(EngineBuild(), {patch: 0.0})) for n in names)),
                  contrasts=tuple(Contrast(f"{n} vs reference", REFERENCE, n, 1.0, JUDGED, report=()) for n in names))
 
 
@@ -76,15 +95,22 @@ def judge_trial(group: Group, windows: ArmWindows, block_unit: Sequence[int], i:
 
 
 def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: int, blocks: int, budget_s: float,
-        settings: Settings, out: Path, null_for: NullFor = lambda _m: None) -> dict:
+        settings: Settings, out: Path, null_for: NullFor = lambda _m: None, placements: Sequence[str] = ("off",),
+        patch: str = PATCH) -> dict:
     t_start = time.monotonic()
     split = cpu_split(settings.engine_cpus, settings.client_cpus)
-    group = study_group(scenario, len(sizes))
+    group = study_group(scenario, len(sizes), placements, patch)
     names = [a.name for a in group.arms]
-    specs = {a.name: scenario.spec(model, settings.gpus, a.build, cpus=split.engine) for a in group.arms}
+    roles = role_placement(split.engine) if "on" in placements and split.engine else None
+    if "on" in placements and roles is None:
+        raise SystemExit("--placements on needs the engines pinned to a CPU set (--engine-cpus auto or a list)")
+    specs = {a.name: scenario.spec(model, settings.gpus, a.build, cpus=split.engine,
+                                   role_cpus=roles if a.name == "on" else None) for a in group.arms}
     report: dict = {"scenario": scenario.id, "sizes": list(sizes), "pairs_per_trial": pairs, "blocks_per_group": blocks,
                     "window_s": settings.window_s, "warmup_s": settings.warmup_s, "cpus": split.describe(),
-                    "groups": [], "trials": []}
+                    "patch": patch, "placements": list(placements),
+                    "role_cpus": roles.describe() if roles is not None else None,
+                    "groups": [], "trials": [], "windows": []}
     factory = EngineFactory(out / "engines", deadline_s=600.0, max_live=len(names))
     spin: list[float] = []
     live: dict[str, EngineHandle] = {}
@@ -101,28 +127,36 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: in
             live.update(zip(names, engines, strict=True))
             for engine in engines:
                 load.first_light(engine, scenario.workload(), timeline)
-            if not spin:
+            if sizes and not spin:
                 cal = windows_of(live[REFERENCE], 2)
                 tpot = sum(w["tpot_gmean_ms"] for w in cal) / len(cal)
                 spin.extend(tpot * s / 100.0 for s in sizes)
                 report["reference_tpot_ms"], report["spin_ms"] = tpot, list(spin)
             for name, ms in zip(names[1:], spin, strict=True):
-                live[name].set_patch({PATCH: ms})
-            report["groups"].append({"instances": [e.instance for e in engines]})
+                live[name].set_patch({patch: ms})
+            report["groups"].append({"instances": [e.instance for e in engines],
+                                     "engines": {m: engine_facts(e) for m, e in zip(names, engines, strict=True)}})
 
-        def windows_of(engine: EngineHandle, n: int) -> list[dict[str, float]]:
+        def windows_of(engine: EngineHandle, n: int, requests: list | None = None) -> list[dict[str, float]]:
             plan = SegmentPlan(scenario.workload(), n, settings.window_s, settings.warmup_s, settings.sample_hz)
-            return measure_segment(engine, stream, plan, timeline, engine.instance)
+            return measure_segment(engine, stream, plan, timeline, engine.instance, requests=requests)
 
-        def visit(arm: Arm, n: int, _unit: int) -> list[dict[str, float]]:
-            return windows_of(live[arm.name], n)
+        def visit(arm: Arm, n: int, unit: int) -> list[dict[str, float]]:
+            requests: list = []
+            values = windows_of(live[arm.name], n, requests)
+            k = len({(w["engine"], w["visit"]) for w in report["windows"]})
+            report["windows"].extend({"arm": arm.name, "engine": live[arm.name].instance, "group": unit, "visit": k,
+                                      "t_s": r["origin_s"] + r["t0_s"], "values": v, "requests": r}
+                                     for v, r in zip(values, requests, strict=True))
+            return values
 
         try:
             while not report["trials"] or time.monotonic() - t_start + report["trial_s"] <= budget_s:
                 t0 = time.monotonic()
                 trial = measure(group, Budget.fixed(pairs), visit, lambda *_a: [], start=start, blocks_per_unit=blocks)
-                report["trials"].append({str(s): judge_trial(group, trial.windows, trial.block_unit, i + 1, pairs,
-                                                             null_for) for i, s in enumerate(sizes)})
+                keys = [str(s) for s in sizes] or [c.label for c in group.contrasts]
+                report["trials"].append({key: judge_trial(group, trial.windows, trial.block_unit, i + 1, pairs,
+                                                          null_for) for i, key in enumerate(keys)})
                 report["trial_s"] = time.monotonic() - t0
                 report["elapsed_s"] = time.monotonic() - t_start
                 (out / "ab_study.json").write_text(json.dumps(report, indent=1))
@@ -134,6 +168,33 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: in
 
 
 JUDGED = ("requests_per_s", "tpot_gmean_ms", "ttft_p50_ms")
+
+
+def engine_facts(engine: EngineHandle) -> dict:
+    """What makes two fresh engines of one build comparable, read back from each: start time, the KV pool and
+    the CUDA-graph sizes it settled on, and where its roles run."""
+    cfg = engine.config()
+    return {"instance": engine.instance, "ready_s": engine.ready_s, "kv_tokens": cfg.max_total_num_tokens,
+            "cuda_graph_max_bs": cfg.raw.get("cuda_graph_max_bs"), "cuda_graph_bs": cfg.raw.get("cuda_graph_bs"),
+            "max_running_requests": cfg.max_running_requests, "pinned": {r: list(c) for r, c in engine.pinned.items()}}
+
+
+def components_report(report: dict) -> tuple[list[Components], dict]:
+    """Variance components, pool promises and the bimodal TPOT of every arm (``components``): the rows, and all of
+    it JSON-ready (an arm whose components cannot be computed says why)."""
+    log = report["windows"]
+    rows: list[Components] = []
+    out: dict = {"components": [], "slow_tpot": {}, "engines": [f for g in report["groups"]
+                                                                  for f in g.get("engines", {}).values()]}
+    for arm in report["placements"] if len(report["placements"]) > 1 else [REFERENCE]:
+        for name in GATED:
+            try:
+                rows.append(components(log, arm, name))
+                out["components"].append(asdict(rows[-1]))
+            except ValueError as exc:
+                out["components"].append({"arm": arm, "metric": name, "why": str(exc)})
+        out["slow_tpot"][arm] = slow_share(log, arm)
+    return rows, out
 
 
 def render(report: dict) -> Table:
@@ -200,12 +261,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--window-s", type=float, default=3.0)
     ap.add_argument("--warmup-s", type=float, default=0.5)
     ap.add_argument("--engine-cpus", type=parse_cpus_setting, default="auto")
+    ap.add_argument("--placements", default="off", help="per-role pinning of the references: 'off', or 'off,on' "
+                    "for one engine of each per instance group (variance components; --sizes '')")
+    ap.add_argument("--patch", default=PATCH, choices=sorted(PATCHES), help="the candidates' named patch")
     args = study_args(ap, argv)
     settings = Settings(window_s=args.window_s, warmup_s=args.warmup_s, engine_cpus=args.engine_cpus,
                         client_cpus=args.client_cpus)
-    report = run(args.model, SCENARIOS[args.scenario], [float(s) for s in args.sizes.split(",")], args.pairs,
-                 args.blocks, args.budget_s, settings, args.out)
-    Console(width=220).print(render(report))
+    report = run(args.model, SCENARIOS[args.scenario], [float(s) for s in args.sizes.split(",") if s], args.pairs,
+                 args.blocks, args.budget_s, settings, args.out, placements=args.placements.split(","),
+                 patch=args.patch)
+    console = Console(width=240)
+    if report["sizes"]:
+        console.print(render(report))
+    rows, found = components_report(report)
+    (args.out / "components.json").write_text(json.dumps(found, indent=1))
+    console.print(render_components(rows, f"variance components on {report['scenario']}, fresh engines of one build"))
+    console.print_json(json.dumps({"slow_tpot": found["slow_tpot"], "engines": found["engines"]}))
 
 
 if __name__ == "__main__":
