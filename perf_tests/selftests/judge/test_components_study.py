@@ -69,3 +69,18 @@ def test_the_slow_tpot_share_of_an_instance_is_told_from_one_coin() -> None:
     assert shared["share_mean"] == pytest.approx(0.3, abs=0.06)
     assert shared["share_sd_between_engines"] < 2 * shared["share_sd_if_one_coin"]
     assert own["share_sd_between_engines"] > 3 * own["share_sd_if_one_coin"]
+
+
+def test_reports_of_two_calls_merge_with_their_engines_told_apart(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from perf_tests.sglang.gpu_studies.components import components_report, merged
+    for i in range(2):
+        log = design(random.Random(i), 3, 0.03, 0.01, 0.01)
+        (tmp_path / f"{i}.json").write_text(json.dumps({"scenario": "cpu-copy=buffer", "windows": log,
+                                                        "groups": [{"engines": {"off": {"kv_tokens": 1000}}}]}))
+    report = merged([tmp_path / "0.json", tmp_path / "1.json"])
+    rows, found = components_report(report)
+    assert {r.metric: r.engines for r in rows}["requests_per_s"] == 6  # e0-e2 of each call, not 3
+    assert [c["why"] for c in found["components"] if "why" in c]  # no TTFT in this log: said, not skipped
+    assert found["engines"] == [{"kv_tokens": 1000}, {"kv_tokens": 1000}]

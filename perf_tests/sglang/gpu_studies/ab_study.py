@@ -34,7 +34,6 @@ import json
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
@@ -57,8 +56,7 @@ from engine_fixtures.scenarios.load import SessionLoad
 from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.sglang_plugin.patches import TARGETS as PATCHES
-from perf_tests.sglang.gpu_studies.components import GATED, Components, components, slow_share
-from perf_tests.sglang.gpu_studies.components import render as render_components
+from perf_tests.sglang.gpu_studies.components import show
 
 PATCH = "slow-scheduler"  # the default patch of the candidates (--patch)
 SCENARIOS = {s.id: s for s in (EngineScenario("cuda_ipc-cache=on", transport="cuda_ipc", ipc_cache="on"),
@@ -132,7 +130,7 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: in
                 tpot = sum(w["tpot_gmean_ms"] for w in cal) / len(cal)
                 spin.extend(tpot * s / 100.0 for s in sizes)
                 report["reference_tpot_ms"], report["spin_ms"] = tpot, list(spin)
-            for name, ms in zip(names[1:], spin, strict=True):
+            for name, ms in zip(names[1:] if sizes else [], spin, strict=True):
                 live[name].set_patch({patch: ms})
             report["groups"].append({"instances": [e.instance for e in engines],
                                      "engines": {m: engine_facts(e) for m, e in zip(names, engines, strict=True)}})
@@ -145,18 +143,20 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: in
             requests: list = []
             values = windows_of(live[arm.name], n, requests)
             k = len({(w["engine"], w["visit"]) for w in report["windows"]})
-            report["windows"].extend({"arm": arm.name, "engine": live[arm.name].instance, "group": unit, "visit": k,
+            g = len(report["groups"]) - 1  # (``unit`` counts within one trial)
+            report["windows"].extend({"arm": arm.name, "engine": live[arm.name].instance, "group": g, "visit": k,
                                       "t_s": r["origin_s"] + r["t0_s"], "values": v, "requests": r}
                                      for v, r in zip(values, requests, strict=True))
+            (out / "ab_study.json").write_text(json.dumps(report))  # a call cut short keeps every window so far
             return values
 
         try:
             while not report["trials"] or time.monotonic() - t_start + report["trial_s"] <= budget_s:
                 t0 = time.monotonic()
                 trial = measure(group, Budget.fixed(pairs), visit, lambda *_a: [], start=start, blocks_per_unit=blocks)
-                keys = [str(s) for s in sizes] or [c.label for c in group.contrasts]
-                report["trials"].append({key: judge_trial(group, trial.windows, trial.block_unit, i + 1, pairs,
-                                                          null_for) for i, key in enumerate(keys)})
+                # (the placements' contrast is read from the components, over every group, not per trial)
+                report["trials"].append({str(s): judge_trial(group, trial.windows, trial.block_unit, i + 1, pairs,
+                                                             null_for) for i, s in enumerate(sizes)})
                 report["trial_s"] = time.monotonic() - t0
                 report["elapsed_s"] = time.monotonic() - t_start
                 (out / "ab_study.json").write_text(json.dumps(report, indent=1))
@@ -173,28 +173,10 @@ JUDGED = ("requests_per_s", "tpot_gmean_ms", "ttft_p50_ms")
 def engine_facts(engine: EngineHandle) -> dict:
     """What makes two fresh engines of one build comparable, read back from each: start time, the KV pool and
     the CUDA-graph sizes it settled on, and where its roles run."""
-    cfg = engine.config()
+    cfg = engine.config
     return {"instance": engine.instance, "ready_s": engine.ready_s, "kv_tokens": cfg.max_total_num_tokens,
             "cuda_graph_max_bs": cfg.raw.get("cuda_graph_max_bs"), "cuda_graph_bs": cfg.raw.get("cuda_graph_bs"),
             "max_running_requests": cfg.max_running_requests, "pinned": {r: list(c) for r, c in engine.pinned.items()}}
-
-
-def components_report(report: dict) -> tuple[list[Components], dict]:
-    """Variance components, pool promises and the bimodal TPOT of every arm (``components``): the rows, and all of
-    it JSON-ready (an arm whose components cannot be computed says why)."""
-    log = report["windows"]
-    rows: list[Components] = []
-    out: dict = {"components": [], "slow_tpot": {}, "engines": [f for g in report["groups"]
-                                                                  for f in g.get("engines", {}).values()]}
-    for arm in report["placements"] if len(report["placements"]) > 1 else [REFERENCE]:
-        for name in GATED:
-            try:
-                rows.append(components(log, arm, name))
-                out["components"].append(asdict(rows[-1]))
-            except ValueError as exc:
-                out["components"].append({"arm": arm, "metric": name, "why": str(exc)})
-        out["slow_tpot"][arm] = slow_share(log, arm)
-    return rows, out
 
 
 def render(report: dict) -> Table:
@@ -273,11 +255,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     console = Console(width=240)
     if report["sizes"]:
         console.print(render(report))
-    rows, found = components_report(report)
-    (args.out / "components.json").write_text(json.dumps(found, indent=1))
-    console.print(render_components(rows, f"variance components on {report['scenario']}, fresh engines of one build"))
-    console.print_json(json.dumps({"slow_tpot": found["slow_tpot"], "engines": found["engines"]}))
-
+    show(report, args.out, console)
 
 if __name__ == "__main__":
     main()

@@ -1,5 +1,10 @@
 """Variance components of fresh engines of one build, and what a pool of them promises (issue 36).
 
+    python -m perf_tests.sglang.gpu_studies.components OUT/ab_study.json [MORE.json ...] [--out DIR]
+
+reads the window logs of one or more ``ab_study`` runs (several device calls on one host: their engines are told
+apart by file) and prints the tables below; ``--out`` also writes ``components.json``.
+
 ``ab_study --placements off,on --components`` starts fresh instance groups one after another in one call and logs
 every window it measures with its engine and visit (``WindowLog``). From that log, per arm and gated metric, on the
 metric's judged scale (log for ratios, so an sd reads as a CV):
@@ -21,12 +26,16 @@ Every engine here is a "run" of one window set: the runs of a real pool are sepa
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
 from rich.table import Table
 
 from engine_fixtures.judge.decide import ALPHA, BETA, gate_alpha, promised_size
@@ -62,12 +71,12 @@ class Components:
     pool_promise: Mapping[int, float]  # K -> what a pool of K such runs promises (fraction, worse direction)
 
 
-def _by_engine(log: WindowLog, arm: str, name: str) -> dict[str, list[tuple[int, float, float]]]:
+def _by_engine(log: WindowLog, arm: str, name: str) -> dict[str, list[tuple[Any, float, float]]]:
     scale = metric(name).scale
-    out: dict[str, list[tuple[int, float, float]]] = {}
+    out: dict[str, list[tuple[Any, float, float]]] = {}
     for w in log:
         if w["arm"] == arm and name in w["values"]:
-            out.setdefault(w["engine"], []).append((int(w["visit"]), float(w["t_s"]),
+            out.setdefault(w["engine"], []).append((w["visit"], float(w["t_s"]),
                                                     float(scale.forward([w["values"][name]])[0])))
     return out
 
@@ -163,3 +172,57 @@ def render(rows: Sequence[Components], title: str) -> Table:
                       f"{c.loo_flags}/{c.loo_judged}", pct(c.loo_catches),
                       *(pct(c.pool_promise[k]) for k in POOL_SIZES))
     return table
+
+
+def components_report(report: Mapping[str, Any]) -> tuple[list[Components], dict]:
+    """Variance components, pool promises and the bimodal TPOT of every arm of an ``ab_study`` report: the rows,
+    and all of it JSON-ready (an arm whose components cannot be computed says why)."""
+    log = report["windows"]
+    rows: list[Components] = []
+    out: dict = {"components": [], "slow_tpot": {}, "engines": [f for g in report["groups"]
+                                                                  for f in g.get("engines", {}).values()]}
+    arms = sorted({w["arm"] for w in log}, key=lambda a: (a != "off", a))
+    for arm in arms:
+        for name in GATED:
+            try:
+                rows.append(components(log, arm, name))
+                out["components"].append(asdict(rows[-1]))
+            except ValueError as exc:
+                out["components"].append({"arm": arm, "metric": name, "why": str(exc)})
+        out["slow_tpot"][arm] = slow_share(log, arm)
+    return rows, out
+
+
+def merged(paths: Sequence[Path]) -> dict[str, Any]:
+    """The window logs and groups of several ``ab_study.json`` files as one report (engines prefixed by file)."""
+    out: dict[str, Any] = {"windows": [], "groups": [], "sources": [str(p) for p in paths]}
+    for i, path in enumerate(paths):
+        data = json.loads(path.read_text())
+        tag = f"r{i}:" if len(paths) > 1 else ""
+        out["scenario"] = data["scenario"]
+        out["windows"] += [{**w, "engine": tag + w["engine"], "visit": f"{tag}{w['visit']}"} for w in data["windows"]]
+        out["groups"] += data["groups"]
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("reports", type=Path, nargs="+")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    show(merged(args.reports), args.out)
+
+
+def show(report: Mapping[str, Any], out: Path | None, console: Console | None = None) -> None:
+    """Print the components of ``report`` (and write ``out/components.json`` where ``out`` is given)."""
+    rows, found = components_report(report)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "components.json").write_text(json.dumps(found, indent=1))
+    console = console or Console(width=240)
+    console.print(render(rows, f"variance components on {report['scenario']}, fresh engines of one build"))
+    console.print_json(json.dumps({"slow_tpot": found["slow_tpot"], "engines": found["engines"]}))
+
+
+if __name__ == "__main__":
+    main()
