@@ -102,8 +102,9 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: in
     roles = role_placement(split.engine) if "on" in placements and split.engine else None
     if "on" in placements and roles is None:
         raise SystemExit("--placements on needs the engines pinned to a CPU set (--engine-cpus auto or a list)")
+    pinned = {a.name for a in group.arms if a.name == "on" or list(placements) == ["on"]}  # "on" alone: every arm
     specs = {a.name: scenario.spec(model, settings.gpus, a.build, cpus=split.engine,
-                                   role_cpus=roles if a.name == "on" else None) for a in group.arms}
+                                   role_cpus=roles if a.name in pinned else None) for a in group.arms}
     report: dict = {"scenario": scenario.id, "sizes": list(sizes), "pairs_per_trial": pairs, "blocks_per_group": blocks,
                     "window_s": settings.window_s, "warmup_s": settings.warmup_s, "cpus": split.describe(),
                     "patch": patch, "placements": list(placements),
