@@ -84,3 +84,7 @@ def test_reports_of_two_calls_merge_with_their_engines_told_apart(tmp_path) -> N
     assert {r.metric: r.engines for r in rows}["requests_per_s"] == 6  # e0-e2 of each call, not 3
     assert [c["why"] for c in found["components"] if "why" in c]  # no TTFT in this log: said, not skipped
     assert found["engines"] == [{"kv_tokens": 1000}, {"kv_tokens": 1000}]
+    warm = merged([tmp_path / "0.json", tmp_path / "1.json"], skip_first=1)  # the design's group = its engine
+    assert {w["engine"] for w in warm["windows"]} == {"r0:e1", "r0:e2", "r1:e0", "r1:e1", "r1:e2"}
+    assert warm["groups"] == [{"engines": {"off": {"kv_tokens": 1000}}}]
+    assert warm["skipped_groups"] == 1

@@ -193,15 +193,19 @@ def components_report(report: Mapping[str, Any]) -> tuple[list[Components], dict
     return rows, out
 
 
-def merged(paths: Sequence[Path]) -> dict[str, Any]:
-    """The window logs and groups of several ``ab_study.json`` files as one report (engines prefixed by file)."""
-    out: dict[str, Any] = {"windows": [], "groups": [], "sources": [str(p) for p in paths]}
+def merged(paths: Sequence[Path], skip_first: int = 0) -> dict[str, Any]:
+    """The window logs and groups of several ``ab_study.json`` files as one report (engines prefixed by file), less
+    the first file's first ``skip_first`` instance groups (a fresh host's warm-up, said in the report)."""
+    out: dict[str, Any] = {"windows": [], "groups": [], "sources": [str(p) for p in paths],
+                           "skipped_groups": skip_first}
     for i, path in enumerate(paths):
         data = json.loads(path.read_text())
         tag = f"r{i}:" if len(paths) > 1 else ""
+        skip = skip_first if i == 0 else 0
         out["scenario"] = data["scenario"]
-        out["windows"] += [{**w, "engine": tag + w["engine"], "visit": f"{tag}{w['visit']}"} for w in data["windows"]]
-        out["groups"] += data["groups"]
+        out["windows"] += [{**w, "engine": tag + w["engine"], "visit": f"{tag}{w['visit']}"} for w in data["windows"]
+                           if w["group"] >= skip]
+        out["groups"] += data["groups"][skip:]
     return out
 
 
@@ -209,8 +213,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("reports", type=Path, nargs="+")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--skip-first-groups", type=int, default=0,
+                    help="leave out the first file's first N instance groups (the fresh host's warm-up)")
     args = ap.parse_args(argv)
-    show(merged(args.reports), args.out)
+    show(merged(args.reports, args.skip_first_groups), args.out)
 
 
 def show(report: Mapping[str, Any], out: Path | None, console: Console | None = None) -> None:
