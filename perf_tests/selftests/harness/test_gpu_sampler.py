@@ -3,13 +3,9 @@ utilisation, clocks, power, temperature and the slowing clock-event reasons agai
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pynvml
 import pytest
 
-import engine_fixtures.nvml
-import engine_fixtures.sampling.gpu
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.nvml import GpuInfo, _cuda_visible, gpu_inventory, nvml_reason
 from engine_fixtures.sampling.base import Sampler, SamplerSet
@@ -17,6 +13,7 @@ from engine_fixtures.sampling.clock_events import REASONS, slowing
 from engine_fixtures.sampling.cpu import CpuSampler
 from engine_fixtures.sampling.gpu import GpuSampler
 from perf_tests.selftests.harness.children import IDLE, READY, Spawn, hold
+from perf_tests.support.fake_nvml import FakeNvml, fake_nvml
 
 
 def test_unavailable_sampler_is_skipped_with_its_reason(spawn: Spawn) -> None:
@@ -69,99 +66,6 @@ def test_gpu_sampler_sees_a_busy_gpu_and_its_process(spawn: Spawn) -> None:
         assert s["gpu.proc_mem_mib.load"] > 256
     else:
         assert gpu.proc_mem_unavailable, "no per-process memory and no reason why"
-
-
-class FakeNvml:
-    """Two GPUs through the NVML calls the GPU sampler makes. Every reading up to ``switch_after`` reads the
-    first values and every later one the second (SM clock, power, temperature and clock-event reasons per GPU,
-    memory clock on both), so a cut before and after the switch must see each level alone. Before the switch the
-    GPUs report only reasons that are not slowdowns (idle, applications clocks, sync boost); after it GPU 0 is at its
-    power cap and GPU 1 slowed for heat by the hardware and the driver. ``power``, ``temperature``, ``events`` False:
-    NVML_ERROR_NOT_SUPPORTED. ``binding``: ``"new"`` has ``nvmlDeviceGetCurrentClocksEventReasons``, ``"old"`` only
-    the older ``...ThrottleReasons`` (nvidia-ml-py before 12.535), ``"old-driver"`` the newer name whose function the
-    driver lacks (NVML_ERROR_FUNCTION_NOT_FOUND)."""
-
-    NVMLError = pynvml.NVMLError
-    NVMLError_NotSupported = pynvml.NVMLError_NotSupported
-    NVMLError_FunctionNotFound = pynvml.NVMLError_FunctionNotFound
-    NVML_CLOCK_SM = pynvml.NVML_CLOCK_SM
-    NVML_CLOCK_MEM = pynvml.NVML_CLOCK_MEM
-    NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
-    SM = ((1980.0, 1500.0), (1200.0, 1000.0))
-    MEM = (3201.0, 2619.0)
-    POWER_MW = ((700_000, 500_000), (300_000, 200_000))
-    TEMP_C = ((60, 70), (80, 86))
-    EVENTS = ((pynvml.nvmlClocksEventReasonGpuIdle | pynvml.nvmlClocksEventReasonSyncBoost,
-               pynvml.nvmlClocksEventReasonApplicationsClocksSetting),
-              (pynvml.nvmlClocksEventReasonSwPowerCap,
-               pynvml.nvmlClocksEventReasonHwThermalSlowdown | pynvml.nvmlClocksEventReasonSwThermalSlowdown))
-
-    def __init__(self, switch_after: int, power: bool = True, temperature: bool = True, events: bool = True,
-                 binding: str = "new") -> None:
-        self.switch_after = switch_after
-        self.power = power
-        self.temperature = temperature
-        self.events = events
-        self.readings = 0
-        self.older_calls = 0  # reads through nvmlDeviceGetCurrentClocksThrottleReasons
-        if binding == "new":
-            self.nvmlDeviceGetCurrentClocksEventReasons = self._events
-        elif binding == "old-driver":
-            self.nvmlDeviceGetCurrentClocksEventReasons = self._no_function
-
-    def _phase(self) -> int:
-        return 0 if self.readings <= self.switch_after else 1
-
-    def nvmlInit(self) -> None:
-        pass
-
-    def nvmlShutdown(self) -> None:
-        pass
-
-    def nvmlDeviceGetCount(self) -> int:
-        return 2
-
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
-        return i
-
-    def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
-        if h == 0:
-            self.readings += 1  # one reading of both GPUs starts with GPU 0's utilisation
-        return SimpleNamespace(gpu=40.0)
-
-    def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:
-        return SimpleNamespace(used=1024 * 1024 * 1024, total=141 * 1024**3)
-
-    def nvmlDeviceGetClockInfo(self, h: int, kind: int) -> int:
-        return int(self.SM[self._phase()][h] if kind == pynvml.NVML_CLOCK_SM else self.MEM[self._phase()])
-
-    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
-        if not self.power:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return self.POWER_MW[self._phase()][h]
-
-    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
-        assert sensor == pynvml.NVML_TEMPERATURE_GPU
-        if not self.temperature:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return self.TEMP_C[self._phase()][h]
-
-    def _events(self, h: int) -> int:
-        if not self.events:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return self.EVENTS[self._phase()][h]
-
-    def _no_function(self, h: int) -> int:
-        raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
-
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: int) -> int:
-        self.older_calls += 1
-        return self._events(h)
-
-
-def fake_nvml(monkeypatch: pytest.MonkeyPatch, fake: FakeNvml) -> None:
-    monkeypatch.setattr(engine_fixtures.sampling.gpu, "pynvml", fake)
-    monkeypatch.setattr(engine_fixtures.nvml, "pynvml", fake)
 
 
 def test_gpu_clocks_and_power_are_cut_per_window(monkeypatch: pytest.MonkeyPatch) -> None:
