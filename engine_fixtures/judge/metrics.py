@@ -171,10 +171,26 @@ _ALL: tuple[Metric, ...] = (
     _diag("running_requests_mean", "req", "mean decode batch size (running requests per decode step) the schedulers "
           "ran over the segment, from their own count of every batch (the SGLang plugin on Scheduler.run_batch); one "
           "value per segment, on its first window"),
-    # GPU telemetry (NVML, mean over the window and the arm's GPUs): report-only, the suite never locks clocks.
+    # GPU telemetry (NVML, mean over the window and the arm's GPUs): report-only, the suite never locks clocks or
+    # changes any GPU setting. A window the GPU was slowed in is refused (scenarios.segment.MAX_THROTTLED_FRACTION).
     _diag("gpu_sm_clock_mhz_mean", "MHz", "mean GPU SM clock over the window"),
     _diag("gpu_mem_clock_mhz_mean", "MHz", "mean GPU memory clock over the window"),
     _diag("gpu_power_w_mean", "W", "mean GPU power draw over the window"),
+    _diag("gpu_temp_c_mean", "C", "mean GPU temperature (the GPU sensor) over the window"),
+    _diag("gpu_temp_c_max", "C", "the hottest GPU temperature reading in the window"),
+    _diag("gpu_throttled_fraction", "ratio", "share of the window's readings in which any GPU was slowed by heat or "
+          "power (NVML's clock-event reasons: the five gpu_throttle_* below); a window above "
+          "scenarios.segment.MAX_THROTTLED_FRACTION counts toward no verdict"),
+    _diag("gpu_throttle_hw_slowdown", "ratio", "share of the window's readings with NVML's HW slowdown (clocks halved "
+          "or worse: heat, power brake or a power supply alarm)"),
+    _diag("gpu_throttle_hw_thermal_slowdown", "ratio", "share of the window's readings with NVML's HW thermal "
+          "slowdown"),
+    _diag("gpu_throttle_hw_power_brake_slowdown", "ratio", "share of the window's readings with NVML's HW power brake "
+          "slowdown (asserted by the system's power supply)"),
+    _diag("gpu_throttle_sw_thermal_slowdown", "ratio", "share of the window's readings with NVML's SW thermal "
+          "slowdown (the driver holding the GPU under its temperature limit)"),
+    _diag("gpu_throttle_sw_power_cap", "ratio", "share of the window's readings with NVML's SW power cap (the driver "
+          "holding the board under its power limit)"),
 )
 
 METRICS: Mapping[str, Metric] = MappingProxyType({m.name: m for m in _ALL})

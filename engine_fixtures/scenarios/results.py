@@ -4,7 +4,8 @@
 for every arm. Its metadata carries the arm's ``timeline`` (``scenarios.timeline``), the window length, the mean
 completed requests per window, ``window_instance``: the engine instance that served each window, and
 ``sample_windows``: for each metric not in every window (the per-segment values, ``scenarios.segment``), the windows
-its samples came from (``RunResult.windows_of``); ``run_meta`` adds how the group was measured (blocks, their order and
+its samples came from (``RunResult.windows_of``), and ``refused_windows``: each window refused for a throttled GPU
+(``scenarios.segment.throttle_refusal``) with why; ``run_meta`` adds how the group was measured (blocks, their order and
 unit, looks, the per-look alpha the verdicts used, the requests behind each window).
 
 ``budget_of(group, settings)``: ``(Budget, blocks per unit)``. Mirrored blocks on one engine: ``--perf-repeats``
@@ -12,6 +13,9 @@ before the first look, then at most one more look after as many again (``live_bu
 ``--perf-ab-blocks`` blocks for separate launches (``group_budget``); a launch measured alone against its pool: a
 block is one window, ``--perf-repeats`` more per look up to ``--perf-max-repeats``; measured rows: exactly their
 blocks.
+
+``refusal_finding(what, windows, first)``: the run's finding for a visit with refused windows (counted and named,
+never silent), None without one.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.options import Settings
 from engine_fixtures.scenarios.blocks_run import VISIT_KEY, GroupRun
 from engine_fixtures.scenarios.group import Arm, Group
+from engine_fixtures.scenarios.segment import throttle_refusal
 from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.store.results import BLOCK_KEY, SAMPLE_WINDOWS_KEY, RunResult
 
 GROUP_KEY = "window_instance_group"  # RunResult.metadata: the instance group of each window (separate launches)
+REFUSED_KEY = "refused_windows"  # RunResult.metadata: {window index: why it counts toward no verdict}
 # A live visit's nominal warm-up: 0 s, so it lasts exactly until its first wave has completed
 # (``loadgen.stream_driver``). With 1 s it held two lockstep waves of the 4B shape (1.0-2.05 s, H200 2026-12-03) where
 # one is what the rule asks for: the engine is warm (first light) and drained at every switch, so the first wave is
@@ -96,7 +102,8 @@ def arm_result(group: Group, arm: Arm, spec: EngineSpec, cores: float | None, en
             "window_s": settings.window_s, "warmup_s": settings.warmup_s,
             "window_requests": round(float(np.mean(done)), 1) if done else 0.0,
             "window_instance": list(instances), "engine_instances": sorted(set(instances)),
-            SAMPLE_WINDOWS_KEY: sparse, "cpus": list(engine.spec.cpus) if engine.spec.cpus else None,
+            SAMPLE_WINDOWS_KEY: sparse, REFUSED_KEY: {str(i): why for i, why in refused(windows).items()},
+            "cpus": list(engine.spec.cpus) if engine.spec.cpus else None,
             "role_cpus": engine.spec.role_cpus.describe() if engine.spec.role_cpus else None, **extra,
             "timeline": timeline.to_json()}
     axes = engine.spec.arm if arm.launch is not None else {**spec.with_(cpu_quota=cores).arm,
@@ -121,3 +128,19 @@ def live_axes(group: Group, arm: Arm, launch: EngineSpec) -> dict[str, str]:
     for name, ms in arm.live().patches:
         axes[name] = f"{ms:g}"
     return axes
+
+
+def refused(windows: Sequence[Mapping[str, float]]) -> dict[int, str]:
+    """Each refused window's index among ``windows`` and why (``scenarios.segment.throttle_refusal``)."""
+    return {i: why for i, w in enumerate(windows) if (why := throttle_refusal(w)) is not None}
+
+
+def refusal_finding(what: str, windows: Sequence[Mapping[str, float]], first: int = 0) -> str | None:
+    """The finding for a visit to ``what`` whose ``windows`` (the arm's windows ``first``... in its result) include
+    refused ones: how many, which, and why; None where none was refused."""
+    found = refused(windows)
+    if not found:
+        return None
+    which = "; ".join(f"window {first + i + 1}: {why}" for i, why in found.items())
+    return (f"{what}: {len(found)} of {len(windows)} window(s) of a visit refused, the GPU throttled ({which}); they "
+            "count toward no verdict (a block left without a window of an arm gives its contrasts no effect)")

@@ -8,7 +8,10 @@
    contrasts: until its arms' verdicts against this host's pool are). A visit to a live arm sets its quota, switches
    the plugin's live arm (``EngineHandle.set_arm``, proved by every engine process) and refuses its windows unless the
    segment's proof counters say the arm served them; an arm of its own launch is served as launched and its launch
-   arm is proved (``engine.proof.assert_arm``) before its engine stops.
+   arm is proved (``engine.proof.assert_arm``) before its engine stops. A window the GPU was throttled in counts
+   toward no verdict (``scenarios.segment.throttle_refusal``): each visit that had one is a finding at once
+   (``RunnerEnv.on_finding``, so a run that later fails still says so), and so is, once per group, each GPU field
+   NVML does not report.
 3. Profiles, where a verdict asks for it (``--perf-profile``): a contrast's two arms, candidate then reference; an arm
    judged against its pool, against the profile stored beside it.
 4. Returns every arm's windows as a ``RunResult`` with its verdicts against this host's pool; a null A/B (the same
@@ -45,7 +48,7 @@ from engine_fixtures.scenarios.blocks_run import GroupRun, Judging, contrast_ver
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.group import AB_CANDIDATE, AB_REFERENCE, Arm, Group
 from engine_fixtures.scenarios.load import SessionLoad
-from engine_fixtures.scenarios.results import arm_result, budget_of, run_meta, visit_warmup
+from engine_fixtures.scenarios.results import arm_result, budget_of, refusal_finding, run_meta, visit_warmup
 from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.store.null_history import NullHistory, null_entry, shape_key
@@ -70,6 +73,7 @@ class RunnerEnv:
     null_history: NullHistory
     history_id: str  # this run's id in the A/A history (machine key and run token)
     on_engine: Callable[[EngineHandle], None] = lambda _e: None  # a new engine (its log tail for a failing test)
+    on_finding: Callable[[str], None] = lambda _f: None  # a fact for the run's findings (refused windows, NVML gaps)
 
 
 @dataclass(frozen=True)
@@ -179,23 +183,33 @@ class GroupRunner:
                 switched["proof"] = engine.set_arm(arm.live())
             return engine
 
+        unreported: set[str] = set()  # what NVML does not report, said once
+
         def visit(arm: Arm, n: int, _unit: int) -> list[dict[str, float]]:
             engine = switch(arm) if group.live else live[arm.name]
             served[arm.name] += [engine.instance] * n
             plan = SegmentPlan(workloads[arm.name], n, self.settings.window_s, visit_warmup(group, self.settings),
                                self.settings.sample_hz)
+            notes: set[str] = set()
             if not group.live:
-                return measure_segment(engine, self.env.load.stream, plan, timeline, engine.instance,
-                                       requests=requests[arm.name])
+                out = measure_segment(engine, self.env.load.stream, plan, timeline, engine.instance,
+                                      requests=requests[arm.name], notes=notes)
+            else:
+                def proved(before: ArmProof, after: ArmProof) -> None:
+                    problems = arm_proof.live_arm_problems(engine.spec, arm.live(), before, after)
+                    if problems:
+                        raise MeasurementError(f"arm {arm.name} ({arm.live().label}) did not serve its visit as "
+                                               f"requested, so its windows are not measurements: {'; '.join(problems)}")
 
-            def proved(before: ArmProof, after: ArmProof) -> None:
-                problems = arm_proof.live_arm_problems(engine.spec, arm.live(), before, after)
-                if problems:
-                    raise MeasurementError(f"arm {arm.name} ({arm.live().label}) did not serve its visit as "
-                                           f"requested, so its windows are not measurements: {'; '.join(problems)}")
-
-            return measure_segment(engine, self.env.load.stream, plan, timeline, engine.instance, check=proved,
-                                   requests=requests[arm.name], before=switched.pop("proof"))
+                out = measure_segment(engine, self.env.load.stream, plan, timeline, engine.instance, check=proved,
+                                      requests=requests[arm.name], before=switched.pop("proof"), notes=notes)
+            for note in sorted(notes - unreported):
+                self.env.on_finding(f"GPU telemetry: {note}")
+            unreported.update(notes)
+            refusal = refusal_finding(f"{group.id}/{arm.name} on {engine.instance}", out, len(served[arm.name]) - n)
+            if refusal is not None:
+                self.env.on_finding(refusal)
+            return out
 
         budget, per_unit = budget_of(group, self.settings)
         judging = self._judging(group, specs, budget.maximum, budget.alpha_per_look())

@@ -18,7 +18,24 @@ Values per window (``window_values``):
   continuous count above), ``cpu_share_of_quota.<role>`` under a quota, ``cpu_cores.<role>`` as a diagnostic;
 - ``gpu_util_mean``; the diagnostic ``achieved_concurrency`` (time-weighted requests in flight); under a cgroup
   sandbox the diagnostic ``throttled_ratio`` (the share of the quota's CFS periods in which the engine's tree was
-  throttled, ``sampling.cgroup``).
+  throttled, ``sampling.cgroup``);
+- the GPU's telemetry, report-only (``sampling.gpu``, each ``gpu.x.y`` of its cut as ``gpu_x_y``): SM and memory
+  clocks, power, temperature (``gpu_temp_c_mean``, ``gpu_temp_c_max``), and the share of the window's readings in
+  which NVML said the GPU was slowed by heat or power, per reason (``gpu_throttle_sw_power_cap`` and the four others
+  of ``sampling.clock_events``) and for any of them (``gpu_throttled_fraction``). A field NVML does not report has no
+  value (``notes=`` gets the reason once per segment).
+
+**A throttled window is refused** (``throttle_refusal``): where the GPU was slowed in more than
+``MAX_THROTTLED_FRACTION`` of the window's readings, the window keeps only its GPU telemetry (what it was refused
+for), so none of its judged values counts toward a verdict, a figure or a pool; its timeline span says why, and the
+runner counts and names it among the run's findings. The other windows of the visit stay. Where that leaves a block
+without a window of an arm, the existing rule for a short block applies: the block gives its contrasts no effect
+(``judge.blocks.labelled_effects``), an instance group with no usable block none either (``unit_means``), a contrast
+left with too few effects is ``inconclusive`` (``judge.decide.MIN_BLOCKS``), and the stopping rule measures more
+blocks while a cell is open, up to the budget; a figure point left with no window is a ``MeasurementError``; an arm
+judged against its pool is judged on the windows left (one left with none says its row lost the metric). The
+segment's judged per-segment values (below) span the slowed window too, so a segment with a refused window gives none
+of them.
 
 Values per segment (``segment_values``), read once around it and put on its FIRST window only, never copied into the
 others: the visit (one segment) is their unit, so a copy per window would count one reading as several:
@@ -57,17 +74,26 @@ from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.engine.proof import ArmProof
 from engine_fixtures.engine.running import probe_states, running_requests
 from engine_fixtures.errors import MeasurementError, ProcessCrashed
+from engine_fixtures.judge.metrics import metric
 from engine_fixtures.loadgen.latency import Percentiles, tpot_values
 from engine_fixtures.loadgen.records import RequestRecord
 from engine_fixtures.loadgen.stream import LoadStream, Segment
 from engine_fixtures.loadgen.workload import WorkloadSpec
 from engine_fixtures.sampling.base import SamplerSet
 from engine_fixtures.sampling.cgroup import CgroupSampler
+from engine_fixtures.sampling.clock_events import REASONS
 from engine_fixtures.sampling.cpu import CpuSampler
 from engine_fixtures.sampling.gpu import GpuSampler
 from engine_fixtures.scenarios.timeline import Timeline
 
 CLIENT_BOUND_ATTEMPTS = 3
+# A window in which the GPU was slowed by heat or power (any of NVML's slowing clock-event reasons, on any of the
+# arm's GPUs) in more than this share of its readings is refused. The reasons are read as instants, ten times a
+# second: over a 3 s window one reading is 3.3 %, so one stray reading is tolerated and a second refuses the window.
+# A slowdown for 5 % of a window costs at most about that much of its speed (less under the power cap, which trims a
+# few percent of clock, more under a hardware slowdown, which halves it), which is the size of the effects the
+# contrasts resolve: a window above it would carry the GPU's state into the verdict.
+MAX_THROTTLED_FRACTION = 0.05
 MAX_LOOP_LAG_P99_MS = 10.0
 # Roles whose CPU is judged: SGLang's own serving processes. Helpers (multiprocessing's resource tracker,
 # "other") are shown as cores only.
@@ -104,14 +130,15 @@ def _client_bound(seg: Segment, plan: SegmentPlan) -> str | None:
 def measure_segment(engine: EngineHandle, stream: LoadStream, plan: SegmentPlan, timeline: Timeline,
                     instance: str = "", check: Callable[[ArmProof, ArmProof], None] | None = None,
                     requests: list[dict[str, Any]] | None = None,
-                    before: ArmProof | None = None) -> list[dict[str, float]]:
+                    before: ArmProof | None = None, notes: set[str] | None = None) -> list[dict[str, float]]:
     """The windows' metric values (one dict per window, the per-segment values in the first); spans go to
     ``timeline``. The engine's proofs are read around the segment where it has them (``EngineSpec.proof``) and
     ``plan.proof`` asks for them. ``check(before, after)`` is given those proofs before the windows are returned (it
     raises to refuse them: an arm switched live on the engine checks that the segment's counters are the arm's).
     ``requests``, when given, gets each returned window's ``window_requests`` entry, in the same order. ``before``:
     a proof the caller read with no load since (a live switch's, ``EngineHandle.set_arm``), used as the first
-    attempt's opening proof instead of a flush of its own."""
+    attempt's opening proof instead of a flush of its own. ``notes``, when given, gets one line for each field NVML
+    did not report (``GpuSampler.unreported``)."""
     reasons = []
     # The proof counters feed the per-segment values and ``check``; reading them costs a proof flush on each side of
     # the segment (one, after a live switch that just read one).
@@ -141,9 +168,15 @@ def measure_segment(engine: EngineHandle, stream: LoadStream, plan: SegmentPlan,
             for k in range(plan.windows):
                 t0 = seg.measure_at + k * plan.window_s
                 t1 = t0 + plan.window_s
-                timeline.add("window", f"window {k + 1}", t0, t1, instance)
                 out.append(window_values(seg, samplers, t0, t1))
-            out[0].update(segment_values(seg, first, last))
+                why = throttle_refusal(out[-1])
+                timeline.add("window", f"window {k + 1}" + (f" refused: {why}" if why else ""), t0, t1, instance)
+            per_segment = segment_values(seg, first, last)
+            if any(throttle_refusal(w) for w in out):  # they span the slowed window too
+                per_segment = {k: v for k, v in per_segment.items() if not metric(k).judged}
+            out[0].update(per_segment)
+            if notes is not None:
+                notes.update(gpu.unreported.values())
             if requests is not None:
                 requests.extend(window_requests(seg, seg.measure_at + k * plan.window_s,
                                                 seg.measure_at + (k + 1) * plan.window_s) for k in range(plan.windows))
@@ -188,12 +221,24 @@ def window_values(seg: Segment, samplers: SamplerSet, t0: float, t1: float) -> d
             values[f"cpu_share_of_quota.{parts[1]}"] = value
     if "cgroup.throttled_ratio" in cut:  # report-only: how often the quota stopped the engine's tree
         values["throttled_ratio"] = cut["cgroup.throttled_ratio"]
-    if "gpu.util.mean" in cut:
-        values["gpu_util_mean"] = cut["gpu.util.mean"]
-    for key in ("gpu.sm_clock_mhz.mean", "gpu.mem_clock_mhz.mean", "gpu.power_w.mean"):  # telemetry, report-only
-        if key in cut:
-            values[key.replace(".", "_")] = cut[key]
+    # GPU utilisation and the GPU's telemetry (report-only): gpu.util.mean -> gpu_util_mean, gpu.temp_c.max -> ...
+    values.update({key.replace(".", "_"): value for key, value in cut.items() if key.startswith("gpu.")})
+    if throttle_refusal(values) is not None:
+        return {k: v for k, v in values.items() if k.startswith("gpu_") and not metric(k).judged}
     return values
+
+
+def throttle_refusal(values: Mapping[str, float]) -> str | None:
+    """Why the window with ``values`` is refused (the GPU slowed by heat or power in more than
+    ``MAX_THROTTLED_FRACTION`` of its readings, naming each reason's share), or None: kept, or NVML did not report
+    the reasons."""
+    slowed = values.get("gpu_throttled_fraction")
+    if slowed is None or slowed <= MAX_THROTTLED_FRACTION:
+        return None
+    shares = {name: values.get(f"gpu_throttle_{name}", 0.0) for name in REASONS}
+    reasons = ", ".join(f"{name} {share:.0%}" for name, share in shares.items() if share > 0)
+    return (f"the GPU was slowed by heat or power in {slowed:.0%} of its readings ({reasons}), more than "
+            f"{MAX_THROTTLED_FRACTION:.0%}")
 
 
 def segment_values(seg: Segment, before: ArmProof | None, after: ArmProof | None) -> dict[str, float]:

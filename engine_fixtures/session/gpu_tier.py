@@ -126,7 +126,7 @@ class GpuTier:
         env = RunnerEnv(self.factory, self.load, self.settings, self.model, self.recorder.floor,
                         lambda r: session_verdicts(self.session, r, floor=self.recorder.floor), self.session.profiles,
                         store.path_for, NullHistory(store.root, store.machine_key, store.host),
-                        f"{self.session.machine_key}#{self.session.run_token}", self._on_engine)
+                        f"{self.session.machine_key}#{self.session.run_token}", self._on_engine, self._on_finding)
         try:
             measured = GroupRunner(env).measure(group)
         except NotApplicable as exc:
@@ -140,6 +140,11 @@ class GpuTier:
         self.request.node.add_report_section("call", "perf timeline", measured.timeline)
         self.results.put_group(group, measured)
         return measured
+
+    def _on_finding(self, finding: str) -> None:
+        """A fact for the session's findings, said once however many groups find it (NVML's gaps)."""
+        if finding not in self.session.findings:
+            self.session.findings.append(finding)
 
     def _on_engine(self, engine: Any) -> None:
         sections.add_on_failure(self.request.node, f"engine log (tail) {engine.spec.build.label} {engine.instance}",

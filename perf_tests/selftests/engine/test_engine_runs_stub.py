@@ -1,6 +1,7 @@
 """The engine tier's measuring loops against the stub engine (SGLang's HTTP surface, no GPU): a segment's
 back-to-back windows become metrics, the history loop measures until decided, the A/B loop pairs blocks and
-catches a slower build, and a client-bound segment is never recorded."""
+catches a slower build, a client-bound segment is never recorded, and a window the (fake) GPU was throttled in counts
+toward no verdict and is a finding of the run."""
 
 from __future__ import annotations
 
@@ -26,11 +27,13 @@ from engine_fixtures.scenarios.blocks_run import Judging, contrast_verdicts, mea
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.group import Arm, Contrast, Group
 from engine_fixtures.scenarios.load import SessionLoad
+from engine_fixtures.scenarios.results import REFUSED_KEY
 from engine_fixtures.scenarios.runner import GroupRunner, RunnerEnv
 from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.store.null_history import NullHistory
 from perf_tests.support import launcher
+from perf_tests.support.fake_nvml import FakeNvml, fake_nvml
 
 STUB = launcher("stub_engine")
 SCENARIO = EngineScenario("stub", concurrency=4, output_tokens=16)
@@ -141,6 +144,58 @@ def test_a_launch_alone_is_measured_until_its_pool_verdicts_decide(model: Path, 
     assert result.metadata["window_requests"] > 0
     assert result.metadata["alpha_per_look"] == pytest.approx(0.01 / 3)
     assert result.scenario.startswith("engine/transport=cpu/tp=1/pp=1/copy=buffer/model=qwen-tiny/c=4")
+
+
+@pytest.mark.parametrize("throttled", [True, False], ids=["throttled", "unthrottled"])
+def test_a_window_the_gpu_was_throttled_in_counts_toward_no_verdict_and_is_a_finding(
+        model: Path, factory: EngineFactory, stream: LoadStream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        throttled: bool) -> None:
+    """The runner on one launch with a fake NVML whose GPU 0 is at its power cap in every reading (or never) and does
+    not report its power: two segments of two windows (the first look undecided). Throttled, every window keeps only
+    its GPU telemetry, the pool judge sees no load metric, the segment's judged running requests are gone, each visit
+    is a finding naming its windows and the reason, and NVML's missing power is said once; unthrottled, the windows
+    are kept whole with their GPU state, and the only finding is the power."""
+    fake_nvml(monkeypatch, FakeNvml(switch_after=0 if throttled else 10**9, power=False))
+    judged: list[set[str]] = []
+
+    def judge(result):  # type: ignore[no-untyped-def]
+        judged.append(set(result.samples))
+        status = "inconclusive" if len(judged) < 2 else "pass"
+        return [Verdict("gpu_throttled_fraction", status, "history", 1.0, 1.0, 0.0, None, 3, 3, "", "log")]
+
+    findings: list[str] = []
+    settings = Settings(repeats=2, max_repeats=4, window_s=0.5, warmup_s=0.2, cpu_quota=QuotaSetting.parse("none"))
+    launch = EngineScenario("stub", concurrency=4, output_tokens=16, copy="buffer", proof=True,
+                            launcher=(*STUB, "--stub-image-kb", "16"))  # a launch arm the stub's proof can show
+    env = RunnerEnv(factory, load(stream, settings), settings, model, None, judge, ProfileBook(),
+                    lambda key: tmp_path / f"{key}.json", NullHistory(tmp_path, "m", None), "test#0",
+                    on_finding=findings.append)
+    result = GroupRunner(env).measure(Group.launch(launch)).results["stub"]
+    assert result.samples["gpu_throttled_fraction"] == ((1.0,) if throttled else (0.0,)) * 4
+    assert result.samples["gpu_temp_c_max"] == (80.0 if throttled else 60.0,) * 4  # GPU 0 only
+    assert "gpu_power_w_mean" not in result.samples  # not reported: no number, never a zero
+    power = [f for f in findings if f.startswith("GPU telemetry:")]
+    assert power == ["GPU telemetry: NVML does not report the power of GPU 0 (NVML_ERROR_NOT_SUPPORTED): no "
+                     "gpu.power_w numbers"]  # two segments, said once
+    refusals = [f for f in findings if f not in power]
+    spans = [s["label"] for s in result.metadata["timeline"]["spans"] if s["kind"] == "window"]
+    if not throttled:
+        assert {"requests_per_s", "ttft_p50_ms", "gpu_util_mean", "running_requests_max"} <= judged[-1]
+        assert result.metadata[REFUSED_KEY] == {}
+        assert refusals == []
+        assert spans == ["window 1", "window 2"] * 2
+        return
+    assert all(name.startswith("gpu_") or name in ("running_requests_mean", "client_loop_lag_p99_ms")
+               for name in judged[-1]), judged[-1]  # nothing judged reached the pool judge
+    assert not {"gpu_util_mean", "running_requests_max"} & set(result.samples)
+    assert result.samples["gpu_throttle_sw_power_cap"] == (1.0,) * 4
+    why = "the GPU was slowed by heat or power in 100% of its readings (sw_power_cap 100%), more than 5%"
+    assert result.metadata[REFUSED_KEY] == dict.fromkeys(("0", "1", "2", "3"), why)
+    assert spans == [f"window {k} refused: {why}" for k in (1, 2)] * 2
+    engine = factory.live()[0]
+    assert refusals == [f"stub/stub on {engine.instance}: 2 of 2 window(s) of a visit refused, the GPU throttled "
+                        f"(window {first}: {why}; window {first + 1}: {why}); they count toward no verdict (a block "
+                        "left without a window of an arm gives its contrasts no effect)" for first in (1, 3)]
 
 
 AB = Group("ab", arms=(Arm("reference", launch=SCENARIO), Arm("candidate", launch=SCENARIO)),

@@ -1,5 +1,6 @@
 """``scenarios.segment``'s per-window values and stored requests on synthetic segments (no engine, no samplers:
-a fixed CPU reading stands in for the cut of the CPU sampler)."""
+a fixed CPU reading stands in for the cut of the CPU sampler, a fixed GPU state for the GPU sampler's), and the
+refusal of a window the GPU was throttled in."""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ import pytest
 from engine_fixtures.errors import MeasurementError
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.loadgen.stream import Segment
-from engine_fixtures.scenarios.segment import REQUEST_COLUMNS, stored_window, window_requests, window_values
+from engine_fixtures.sampling.clock_events import REASONS
+from engine_fixtures.scenarios.results import refusal_finding, refused
+from engine_fixtures.scenarios.segment import (
+    MAX_THROTTLED_FRACTION,
+    REQUEST_COLUMNS,
+    stored_window,
+    throttle_refusal,
+    window_requests,
+    window_values,
+)
 from perf_tests.support.lockstep import closed_loop, segment_of
 
 C, PERIOD, WINDOW = 16, 0.65, 3.0
@@ -103,3 +113,70 @@ def test_stored_windows_from_another_format_are_refused_by_name() -> None:
         stored_window({"rows": []})
     with pytest.raises(ValueError, match="another version"):
         stored_window({"t0_s": 0, "t1_s": 3, "columns": ["end_s", "sent_s"], "rows": []})
+
+
+class FixedGpu:
+    """The cut a GPU sampler would give: a fixed GPU state, at its power cap in ``power_cap`` of the readings and
+    slowed by the hardware in ``hw`` of them (together in ``slowed``); ``events`` False: NVML did not report the
+    clock-event reasons."""
+
+    def __init__(self, power_cap: float = 0.0, hw: float = 0.0, slowed: float | None = None,
+                 events: bool = True) -> None:
+        self.state = {"gpu.util.mean": 55.0, "gpu.sm_clock_mhz.mean": 1755.0, "gpu.mem_clock_mhz.mean": 3201.0,
+                      "gpu.power_w.mean": 420.0, "gpu.temp_c.mean": 71.0, "gpu.temp_c.max": 74.0}
+        if events:
+            self.state |= {f"gpu.throttle.{name}": 0.0 for name in REASONS}
+            self.state |= {"gpu.throttle.sw_power_cap": power_cap, "gpu.throttle.hw_slowdown": hw,
+                           "gpu.throttled_fraction": max(power_cap, hw) if slowed is None else slowed}
+
+    def cut(self, t0: float, t1: float) -> dict[str, float]:
+        return dict(self.state)
+
+
+def gpu_window(gpu: FixedGpu) -> dict[str, float]:
+    seg = lockstep_segment(20.0)
+    samplers = SimpleNamespace(active=(FixedCpu(), gpu))
+    return window_values(seg, samplers, seg.measure_at, seg.measure_at + WINDOW)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("slowed", [0.0, MAX_THROTTLED_FRACTION])
+def test_an_unthrottled_window_is_kept_with_its_gpu_state(slowed: float) -> None:
+    w = gpu_window(FixedGpu(power_cap=slowed))
+    assert throttle_refusal(w) is None
+    assert w["requests_per_s"] > 0
+    assert w["gpu_util_mean"] == 55.0
+    assert (w["gpu_temp_c_mean"], w["gpu_temp_c_max"], w["gpu_power_w_mean"]) == (71.0, 74.0, 420.0)
+    assert w["gpu_throttle_sw_power_cap"] == w["gpu_throttled_fraction"] == slowed
+    assert {f"gpu_throttle_{name}" for name in REASONS} <= set(w)
+    for name in w:
+        metric(name)  # every value is a registered metric
+
+
+def test_a_throttled_window_keeps_only_its_gpu_telemetry_and_says_why() -> None:
+    w = gpu_window(FixedGpu(power_cap=0.25, hw=0.1, slowed=0.3))
+    assert throttle_refusal(w) == ("the GPU was slowed by heat or power in 30% of its readings (hw_slowdown 10%, "
+                                   "sw_power_cap 25%), more than 5%")
+    assert w["gpu_throttled_fraction"] == 0.3
+    assert w["gpu_sm_clock_mhz_mean"] == 1755.0  # what the window was refused for stays, as report-only rows
+    assert "requests_per_s" not in w
+    assert "gpu_util_mean" not in w  # judged where the GPU is the bottleneck
+    assert not [name for name in w if metric(name).judged or not name.startswith("gpu_")]
+
+
+def test_a_window_without_clock_event_reasons_cannot_be_refused() -> None:
+    w = gpu_window(FixedGpu(events=False))
+    assert throttle_refusal(w) is None
+    assert "gpu_throttled_fraction" not in w  # no number, never a zero
+    assert w["requests_per_s"] > 0
+
+
+def test_a_visit_with_refused_windows_is_a_finding_counting_and_naming_them() -> None:
+    kept, slowed = gpu_window(FixedGpu()), gpu_window(FixedGpu(power_cap=0.5))
+    assert refused([kept, slowed, kept]) == {1: throttle_refusal(slowed)}
+    assert refusal_finding("cpu/stock on stub-1", [kept, kept]) is None
+    line = refusal_finding("cpu/stock on stub-1", [kept, slowed, slowed], first=4)
+    assert line == ("cpu/stock on stub-1: 2 of 3 window(s) of a visit refused, the GPU throttled (window 6: the GPU "
+                    "was slowed by heat or power in 50% of its readings (sw_power_cap 50%), more than 5%; window 7: "
+                    "the GPU was slowed by heat or power in 50% of its readings (sw_power_cap 50%), more than 5%); "
+                    "they count toward no verdict (a block left without a window of an arm gives its contrasts no "
+                    "effect)")

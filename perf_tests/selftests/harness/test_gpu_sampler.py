@@ -1,21 +1,19 @@
 """The GPU sampler: against the real NVML (or its real absence) and a busy GPU, and its per-window cut of
-utilisation, clocks and power against a fake NVML module."""
+utilisation, clocks, power, temperature and the slowing clock-event reasons against a fake NVML module."""
 
 from __future__ import annotations
-
-from types import SimpleNamespace
 
 import pynvml
 import pytest
 
-import engine_fixtures.nvml
-import engine_fixtures.sampling.gpu
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.nvml import GpuInfo, _cuda_visible, gpu_inventory, nvml_reason
 from engine_fixtures.sampling.base import Sampler, SamplerSet
+from engine_fixtures.sampling.clock_events import REASONS, slowing
 from engine_fixtures.sampling.cpu import CpuSampler
 from engine_fixtures.sampling.gpu import GpuSampler
 from perf_tests.selftests.harness.children import IDLE, READY, Spawn, hold
+from perf_tests.support.fake_nvml import FakeNvml, fake_nvml
 
 
 def test_unavailable_sampler_is_skipped_with_its_reason(spawn: Spawn) -> None:
@@ -62,65 +60,12 @@ def test_gpu_sampler_sees_a_busy_gpu_and_its_process(spawn: Spawn) -> None:
     assert s["gpu.util.p50"] > 50
     assert s["gpu.mem_used_mib.max"] > 256  # the 256 MiB tensor plus the CUDA context
     assert s["gpu.sm_clock_mhz.mean"] > 0
+    assert s["gpu.temp_c.max"] > 0 if "gpu.temp_c.max" in s else "temperature" in gpu.unreported
+    assert 0.0 <= s["gpu.throttled_fraction"] <= 1.0 if "gpu.throttled_fraction" in s else gpu.unreported
     if "gpu.proc_mem_mib.load" in s:
         assert s["gpu.proc_mem_mib.load"] > 256
     else:
         assert gpu.proc_mem_unavailable, "no per-process memory and no reason why"
-
-
-class FakeNvml:
-    """Two GPUs through the NVML calls the GPU sampler makes. Every reading up to ``switch_after`` reads the
-    first values and every later one the second (SM clock per GPU, power per GPU, memory clock on both), so a
-    cut before and after the switch must see each level alone. ``power`` False: NVML_ERROR_NOT_SUPPORTED."""
-
-    NVMLError = pynvml.NVMLError
-    NVMLError_NotSupported = pynvml.NVMLError_NotSupported
-    NVML_CLOCK_SM = pynvml.NVML_CLOCK_SM
-    NVML_CLOCK_MEM = pynvml.NVML_CLOCK_MEM
-    SM = ((1980.0, 1500.0), (1200.0, 1000.0))
-    MEM = (3201.0, 2619.0)
-    POWER_MW = ((700_000, 500_000), (300_000, 200_000))
-
-    def __init__(self, switch_after: int, power: bool = True) -> None:
-        self.switch_after = switch_after
-        self.power = power
-        self.readings = 0
-
-    def _phase(self) -> int:
-        return 0 if self.readings <= self.switch_after else 1
-
-    def nvmlInit(self) -> None:
-        pass
-
-    def nvmlShutdown(self) -> None:
-        pass
-
-    def nvmlDeviceGetCount(self) -> int:
-        return 2
-
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
-        return i
-
-    def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
-        if h == 0:
-            self.readings += 1  # one reading of both GPUs starts with GPU 0's utilisation
-        return SimpleNamespace(gpu=40.0)
-
-    def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:
-        return SimpleNamespace(used=1024 * 1024 * 1024, total=141 * 1024**3)
-
-    def nvmlDeviceGetClockInfo(self, h: int, kind: int) -> int:
-        return int(self.SM[self._phase()][h] if kind == pynvml.NVML_CLOCK_SM else self.MEM[self._phase()])
-
-    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
-        if not self.power:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return self.POWER_MW[self._phase()][h]
-
-
-def fake_nvml(monkeypatch: pytest.MonkeyPatch, fake: FakeNvml) -> None:
-    monkeypatch.setattr(engine_fixtures.sampling.gpu, "pynvml", fake)
-    monkeypatch.setattr(engine_fixtures.nvml, "pynvml", fake)
 
 
 def test_gpu_clocks_and_power_are_cut_per_window(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,3 +100,84 @@ def test_gpu_power_is_absent_where_nvml_does_not_report_it(monkeypatch: pytest.M
     assert "gpu.power_w.mean" not in cut
     assert "gpu.power_w.mean" not in gpu.summary()
     assert cut["gpu.sm_clock_mhz.mean"] == pytest.approx(1740.0)
+
+
+def test_gpu_temperature_and_slowing_reasons_are_cut_per_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNvml(switch_after=4)
+    fake_nvml(monkeypatch, fake)
+    gpu = GpuSampler([0, 1], interval_s=0.01)
+    with gpu:
+        hold(gpu, 9)
+    times = gpu.util.times
+    first, second = gpu.cut(times[0], times[4]), gpu.cut(times[4], times[-1] + 1.0)
+    assert first["gpu.temp_c.mean"] == pytest.approx(65.0)  # (60 + 70) / 2
+    assert first["gpu.temp_c.max"] == 70.0
+    assert second["gpu.temp_c.mean"] == pytest.approx(83.0)
+    assert second["gpu.temp_c.max"] == 86.0
+    # Idle, applications clocks and sync boost are not slowdowns: a window with only those was never slowed.
+    assert {k: v for k, v in first.items() if k.startswith("gpu.thrott")} == {
+        **{f"gpu.throttle.{name}": 0.0 for name in REASONS}, "gpu.throttled_fraction": 0.0}
+    # One GPU at its power cap, the other slowed for heat: a reason counts where any listed GPU reports it.
+    assert {name: second[f"gpu.throttle.{name}"] for name in REASONS} == {
+        "hw_slowdown": 0.0, "hw_thermal_slowdown": 1.0, "hw_power_brake_slowdown": 0.0, "sw_thermal_slowdown": 1.0,
+        "sw_power_cap": 1.0}
+    assert second["gpu.throttled_fraction"] == 1.0
+    straddling = gpu.cut(times[2], times[6])  # readings 3 and 4 before the switch, 5 and 6 after it
+    assert straddling["gpu.throttled_fraction"] == pytest.approx(0.5)
+    assert straddling["gpu.throttle.sw_power_cap"] == pytest.approx(0.5)
+    summary = gpu.summary()
+    slowed = (len(times) - 4) / len(times)
+    assert summary["gpu.throttled_fraction"] == pytest.approx(slowed)
+    assert summary["gpu.throttle.hw_slowdown"] == 0.0
+    assert summary["gpu.temp_c.max"] == 86.0
+    assert summary["gpu.temp_c.mean"] == pytest.approx(65.0 * (1 - slowed) + 83.0 * slowed)
+    assert gpu.unreported == {}
+
+
+def test_every_gpu_window_value_is_registered_report_only_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_nvml(monkeypatch, FakeNvml(switch_after=2))
+    gpu = GpuSampler([0, 1], interval_s=0.01)
+    with gpu:
+        hold(gpu, 3)
+    cut = gpu.cut(gpu.util.times[0], gpu.util.times[-1] + 1.0)
+    assert len(cut) == 3 + 1 + 2 + len(REASONS) + 1  # util, clocks; power; temperature; reasons; throttled
+    for key in cut:
+        name = key.replace(".", "_")  # as the segment names a window's values (scenarios.segment)
+        assert metric(name).judged == (name == "gpu_util_mean"), name  # telemetry: report-only rows, never a gate
+
+
+def test_fields_nvml_does_not_report_give_no_number_and_say_why_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_nvml(monkeypatch, FakeNvml(switch_after=100, power=False, temperature=False, events=False))
+    gpu = GpuSampler([0, 1], interval_s=0.01)
+    with gpu:
+        hold(gpu, 6)
+    cut = gpu.cut(gpu.util.times[0], gpu.util.times[-1] + 1.0)
+    for absent in ("gpu.power_w", "gpu.temp_c", "gpu.throttle", "gpu.throttled_fraction"):
+        assert not any(k.startswith(absent) for k in (*cut, *gpu.summary())), absent  # no number, never a zero
+    assert cut["gpu.sm_clock_mhz.mean"] == pytest.approx(1740.0)
+    assert sorted(gpu.unreported) == ["clock-event reasons", "power", "temperature"]  # one line each, not per reading
+    assert gpu.unreported["temperature"] == ("NVML does not report the temperature of GPU 0 "
+                                             "(NVML_ERROR_NOT_SUPPORTED): no gpu.temp_c numbers")
+    assert "none is refused for it" in gpu.unreported["clock-event reasons"]
+
+
+@pytest.mark.parametrize("binding", ["old", "old-driver"])
+def test_clock_event_reasons_fall_back_to_the_older_name(monkeypatch: pytest.MonkeyPatch, binding: str) -> None:
+    fake = FakeNvml(switch_after=0, binding=binding)
+    fake_nvml(monkeypatch, fake)
+    gpu = GpuSampler([0, 1], interval_s=0.01)
+    with gpu:
+        hold(gpu, 3)
+    assert gpu.summary()["gpu.throttled_fraction"] == 1.0
+    assert gpu.summary()["gpu.throttle.sw_power_cap"] == 1.0
+    assert fake.older_calls == 2 * fake.readings  # every reading of both GPUs, once the newer name failed
+    assert gpu.unreported == {}
+
+
+def test_only_heat_and_power_reasons_are_slowdowns() -> None:
+    assert slowing(pynvml.nvmlClocksEventReasonAll) == REASONS
+    for not_slowing in (pynvml.nvmlClocksEventReasonGpuIdle, pynvml.nvmlClocksEventReasonApplicationsClocksSetting,
+                        pynvml.nvmlClocksEventReasonSyncBoost, pynvml.nvmlClocksEventReasonDisplayClockSetting,
+                        pynvml.nvmlClocksEventReasonNone):
+        assert slowing(not_slowing) == ()
+    assert slowing(pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown) == ("hw_power_brake_slowdown",)

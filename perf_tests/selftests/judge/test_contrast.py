@@ -19,6 +19,7 @@ from engine_fixtures.judge.simulate import contrast_outcomes
 from engine_fixtures.scenarios.blocks_run import Judging, contrast_verdicts, measure
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.group import Arm, Contrast, Group
+from engine_fixtures.scenarios.segment import throttle_refusal
 
 
 def test_a_block_is_a_palindrome_so_a_linear_drift_cancels() -> None:
@@ -220,6 +221,35 @@ def test_contrast_verdicts_judge_each_measured_family() -> None:
     # GPU and CPU were not measured here; TPOT gates on its geometric mean, its p50 is shown beside it
     assert {r.metric: r.status for r in rows} == {"requests_per_s": "regression", "tpot_gmean_ms": "pass",
                                                   "tpot_p50_ms": "report-only"}
+
+
+def test_a_refused_window_counts_toward_no_verdict_and_a_block_left_without_one_gives_no_effect() -> None:
+    """A window the GPU was throttled in keeps only its GPU telemetry (``scenarios.segment.throttle_refusal``): the
+    contrast is judged on the blocks whose windows are left, a block with one of an arm's two windows left still
+    counts, and one left with none of an arm's windows gives no effect (the existing rule for a short block)."""
+    g = _group()
+    rng = np.random.default_rng(5)
+    refused = {"gpu_throttled_fraction": 0.4, "gpu_throttle_sw_power_cap": 0.4, "gpu_sm_clock_mhz_mean": 1500.0}
+    assert throttle_refusal(refused) is not None
+
+    def window(rate: float) -> dict[str, float]:
+        return {"requests_per_s": rate * float(np.exp(rng.normal(0, 0.01))), "gpu_throttled_fraction": 0.0}
+
+    def windows(lost: set[tuple[int, int]]) -> dict[str, tuple]:
+        out = {arm: [(b, window(rate)) for b in range(6) for _ in range(2)] for arm, rate in (("buffer", 20.0),
+                                                                                               ("stock", 12.0))}
+        out["buffer"] = [(b, refused if (b, i % 2) in lost else w) for i, (b, w) in enumerate(out["buffer"])]
+        return {arm: tuple(ws) for arm, ws in out.items()}
+
+    (whole,) = contrast_verdicts(g, g.contrasts[0], windows(set()), range(6), Judging(0.01, 15))
+    (short,) = contrast_verdicts(g, g.contrasts[0], windows({(2, 0), (2, 1), (4, 0)}), range(6), Judging(0.01, 15))
+    assert (whole.windows, short.windows) == (6, 5)  # block 2 lost both reference windows, block 4 one of two
+    assert short.status == whole.status == "regression"  # stock at 0.6x buffer: the blocks left still decide
+    lost = {(b, i) for b in (0, 1, 2, 3) for i in (0, 1)}
+    (few,) = contrast_verdicts(g, g.contrasts[0], windows(lost), range(6), Judging(0.01, 15))
+    assert few.windows == 2
+    assert few.status == "inconclusive"
+    assert "needs >= 3" in few.message
 
 
 def test_an_arm_stops_being_served_once_no_open_contrast_needs_it() -> None:
