@@ -64,7 +64,7 @@ XDIST_GROUPS: dict[str, tuple[str, ...]] = {
         # SGLang-titled stub engines and process trees started by the test itself: one such tree at a time (their
         # leak checks and fault cycles count processes and /dev/shm pools by owner).
 
-        "selftests/engine/test_engine_runs_stub.py", "selftests/engine/test_factory_stub.py",
+        "selftests/engine/test_engine_runs_stub.py",
         "selftests/engine/test_live_arm_stub.py", "selftests/engine/test_live_arm_proof.py",
         "selftests/harness/test_soak.py",
         "selftests/harness/test_process.py", "selftests/harness/test_roles.py", "selftests/harness/test_owner.py",
@@ -81,8 +81,12 @@ XDIST_GROUPS: dict[str, tuple[str, ...]] = {
 # machine-lock test times two suites taking turns. test_engine_stub kills a stub engine and
 # checks that its factory reports the pool it left: a stub engine of a measuring session stopping beside it took
 # that owner-less pool as its own leak and removed it first (CI, 2026-12-04), so it runs alone too (19 s).
+# test_factory_stub's live-neighbour test found its neighbour's segment gone twice on 2026-12-04 (CI, and a local
+# xdist run), each time with tests running on the other worker, never alone (20 runs): the cause is not found yet (the
+# assertion now says whether the neighbour still ran and what the leak check found), so it runs alone too (10 s).
 EXCLUSIVE: tuple[str, ...] = (
     "selftests/harness/test_sweep.py", "selftests/harness/test_leaks.py", "selftests/engine/test_engine_stub.py",
+    "selftests/engine/test_factory_stub.py",
     "selftests/engine/test_patches.py",
     "selftests/harness/test_recover_killed_run.py", "selftests/harness/test_machine_lock.py",
     "selftests/harness/test_cgroups.py", "selftests/harness/test_cgroup_v2_ancestor.py",

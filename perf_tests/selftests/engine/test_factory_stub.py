@@ -98,10 +98,9 @@ def test_a_live_neighbours_segment_is_left_alone_and_the_engines_own_leftover_go
         assert (Path("/dev/shm") / pool).exists()
         f.release(spec)  # no LeakError: the neighbour's segment is not this engine's
         assert not (Path("/dev/shm") / pool).exists()
-        import time as _t
-        alive = psutil.pid_exists(them["pid"])
-        assert (Path("/dev/shm") / them["segment"]).exists(), (findings, alive, _t.time(), them,
-            [ (p.pid, p.cmdline()[:3]) for p in psutil.process_iter() if "sglang" in " ".join(p.cmdline()) or "stub" in " ".join(p.cmdline())])
+        # (what to look at if it fails: whether the neighbour still ran, and what the leak check said)
+        assert (Path("/dev/shm") / them["segment"]).exists(), (f"neighbour alive: {psutil.pid_exists(them['pid'])}",
+                                                               findings)
         assert any(pool in x and "the fixture removed them" in x and them["segment"] not in x for x in findings)
         # (other suites on this box may have segments left alone in the same finding)
         assert any("left alone" in x and them["segment"] in x for x in findings), findings
