@@ -5,6 +5,8 @@ CUDA calls are a fake ``torch.cuda`` and the model runner a stand-in module."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -19,6 +21,7 @@ from engine_fixtures.sglang_plugin.arm_state import write_arm_file
 from engine_fixtures.sglang_plugin.proof_file import Recorder
 from engine_fixtures.transport.live import LiveArm
 
+REPO = Path(__file__).resolve().parents[3]
 H200_KHZ = 1_980_000  # cudaDevAttrClockRate of an H200: 1980 MHz
 
 
@@ -257,3 +260,73 @@ def test_a_moved_layout_is_an_error_not_a_wrong_wrapper(runner_module: types.Mod
     assert rec.errors == ["patch slow-decode: fake_model_runner.ModelRunner.forward takes (self, batch), not (self, "
                           "forward_batch, ...)"]
     assert (rec.installed, patches.magnitudes()) == ({}, {})
+
+
+CHILD = """
+import importlib.metadata as m, sys, types
+sys.modules["sglang.srt.managers.scheduler"] = types.ModuleType("scheduler")  # SGLang loads plugins from inside it
+from engine_fixtures.sglang_plugin import patches
+delayed = []
+class Delay:
+    def __call__(self, ms):
+        delayed.append(ms)
+        return True
+    def describe(self):
+        return "fake GPU delay"
+patches.GPU_UNAVAILABLE, patches.GPU_DELAY = (lambda: None), Delay
+[e.load()() for e in m.entry_points(group="sglang.srt.plugins")]
+print("up", flush=True)
+sys.stdin.readline()
+runner = types.ModuleType("sglang.srt.model_executor.model_runner")
+runner.ModelRunner = type("ModelRunner", (), {"forward": lambda self, forward_batch, pp_proxy_tensors=None: 1})
+sys.modules[runner.__name__] = runner  # what SGLang's TP worker does when the scheduler builds it
+print("imported", flush=True)
+sys.stdin.readline()
+step = lambda decode: types.SimpleNamespace(forward_mode=types.SimpleNamespace(is_decode=lambda: decode))
+runner.ModelRunner().forward(step(True))
+runner.ModelRunner().forward(step(False))
+print(delayed, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_scheduler_process_installs_it_once_sglang_imports_the_model_runner(tmp_path: Path) -> None:
+    """Through the plugin's entry point in a child (as SGLang loads it in a scheduler), the proof thread, arms.json
+    and the proof files: pending until the model runner is imported, then installed, switched live and counted."""
+    from engine_fixtures.engine.proof import request_flush
+    from engine_fixtures.sglang_plugin.distinfo import plugin_visible, write_dist_info
+
+    site, proof_dir = tmp_path / "site", tmp_path / "proof"
+    write_dist_info(site)
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": f"{site}:{REPO}", "PERF_ARMS_PROOF_DIR": str(proof_dir),
+           "PERF_ARMS_PATCH": "slow-decode=0.4"}
+    assert plugin_visible(sys.executable, env)
+    child = subprocess.Popen([sys.executable, "-c", CHILD], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    assert child.stdin is not None
+    assert child.stdout is not None
+    try:
+        assert child.stdout.readline() == "up\n"
+        (p,) = request_flush(proof_dir, {child.pid}).processes
+        assert p.installed["patch:slow-decode"] == ("pending: until SGLang imports "
+                                                    "sglang.srt.model_executor.model_runner here")
+        assert p.patch_ms_now == {"slow-decode": 0.4}  # held for the live arm meanwhile
+        child.stdin.write("import\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "imported\n"
+        (p,) = request_flush(proof_dir, {child.pid}).processes  # the proof thread installs before it answers
+        assert p.installed["patch:slow-decode"].startswith("sglang.srt.model_executor.model_runner.ModelRunner."
+                                                           "forward +0.4 ms")
+        write_arm_file(proof_dir, LiveArm(patches=(("slow-decode", 1.0),)), seq=1)
+        (p,) = request_flush(proof_dir, {child.pid}).processes
+        assert (p.arm_seq, p.patch_ms_now) == (1, {"slow-decode": 1.0})
+        child.stdin.write("forward\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "[1.0]\n"  # the decode step only, at the live arm's size
+        (p,) = request_flush(proof_dir, {child.pid}).processes
+        assert (p.count("patch_calls.slow-decode"), p.count("patch_ms.slow-decode")) == (1.0, 1.0)
+        assert p.installed["patch:slow-decode.gpu_delay"] == "fake GPU delay"
+        assert [e for e in p.errors if "patch" in e] == []  # (no SGLang here: the other hooks say so)
+    finally:
+        child.communicate("", timeout=10)
+    assert child.returncode == 0
