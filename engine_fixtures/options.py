@@ -163,7 +163,8 @@ OPTIONS: tuple[Option, ...] = (
            "5%. The tolerance itself comes from the noise measured in the pooled baseline.", parse_percent, None,
            "PCT", show=lambda v: f"{v * 100:g}%"),
     Option("reference", "Run the A/B of two builds against this reference build, measured interleaved on this "
-           "runner: venv:DIR, python:PATH, site:DIR, wheel:FILE.whl, patch:NAME=MS, env:K=V (join with '+'). Only "
+           "runner: venv:DIR, python:PATH, site:DIR, wheel:FILE.whl, patch:NAME=MS (slow-decode, slow-scheduler, "
+           "slow-tokenizer; see --perf-candidate), env:K=V (join with '+'). Only "
            "the tests marked ab run with it (the others judge one build and skip, saying so).", parse_reference,
            None, "BUILD"),
     Option("ab_instances", "A group of engines (an A/B against --perf-reference, the transport group): fresh "
@@ -174,7 +175,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("ab_max_instances", "A group of engines: the most fresh instance groups while a verdict is undecided "
            "(default: twice --perf-ab-instances).", parse_positive_int, None, "N"),
     Option("candidate", "The build judged in A/B mode (--perf-reference): 'installed' (default) or any "
-           "--perf-reference form, e.g. patch:slow-scheduler=0.3 to prove the gate with a known slowdown.",
+           "--perf-reference form, e.g. patch:slow-decode=0.4 to prove the gate with a known slowdown (patches: "
+           "slow-decode, MS ms of GPU time before every decode step, which the overlapped scheduler cannot hide; "
+           "slow-scheduler, a CPU spin in every Scheduler.run_batch; slow-tokenizer, one in every request the "
+           "tokenizer manager sends).",
            partial(parse_reference, option="--perf-candidate"), EngineBuild(), "BUILD"),
     Option("inject", "Deliberate slowdowns or faults that prove the gates red (never recorded as baselines): "
            "slow:ARM=MS (mechanism producer spins MS ms per request) and copy:ARM=IMPL (arm copies with IMPL).",

@@ -9,6 +9,7 @@ pytest process at plugin load and inside SGLang's own processes (``sglang_plugin
   0.5.16 ``ShmPointerMMData.__init__`` from the 0.5.19+ one, where the tokenizer manager reads the IPC
   pool-handle cache flag (``ipc_cache_layout``: a module global in 0.5.16, a processor attribute from 0.5.17),
   which flags and defaults a release has, where a scheduler runs a batch (``run_batch_problem``: the same method in
+  every checked release) and where it runs the model (``model_forward_problem``: ``ModelRunner.forward``, the same in
   every checked release).
   Dated from the wheels of 0.5.16 through 0.5.20 and 0.5.23 (``sglang/srt/environ.py``, ``server_args.py``,
   ``arg_groups/``, ``managers/mm_utils.py``, ``multimodal/transport/``); the CPU tier imports and runs
@@ -79,6 +80,20 @@ SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
 SCHEDULER_CLASS = "Scheduler"
 RUN_BATCH_METHOD = "run_batch"
 RUN_BATCH_PARAMS = ("self", "batch")  # the leading parameters the probe relies on
+
+# Where a scheduler runs the model for a batch (the ``slow-decode`` patch, ``sglang_plugin.patches``; dated from the
+# wheels of 0.5.16, 0.5.20 and 0.5.23, where it has not moved): ``ModelRunner.forward(self, forward_batch, ...)`` in the
+# model-runner module (0.5.16 model_runner.py:1232, 0.5.20 :1628, 0.5.23 :1813). The TP worker calls it once per batch
+# (``self.model_runner.forward(forward_batch, ...)``, tp_worker.py) on the scheduler's current stream (the forward
+# stream under the overlap scheduler); it replays the decode CUDA graph or runs eagerly, and CUDA-graph capture never
+# calls it (the graph runners call the model's own ``forward``). ``forward_batch.forward_mode.is_decode()`` is the
+# test it makes itself; ``self.is_draft_worker`` marks a speculative draft model's runner. The scheduler module does
+# not import the model runner when the plugin loads: the ``TpModelWorker`` that ``Scheduler.__init__`` builds imports
+# it inside its own ``__init__`` (0.5.16 tp_worker.py:422), so the patch waits for that import.
+MODEL_RUNNER_MODULE = "sglang.srt.model_executor.model_runner"
+MODEL_RUNNER_CLASS = "ModelRunner"
+MODEL_FORWARD_METHOD = "forward"
+MODEL_FORWARD_PARAMS = ("self", "forward_batch")  # the leading parameters the patch relies on
 
 # Defaults and flags that changed between releases (dated from the wheels; the CPU-tier envs check them).
 IPC_CACHE_DEFAULT_ON = (0, 5, 17)  # SGLANG_USE_IPC_POOL_HANDLE_CACHE: EnvBool(False) in 0.5.16, True from 0.5.17
@@ -176,9 +191,21 @@ def run_batch_problem(parameters: Sequence[str]) -> str | None:
     """Why a ``Scheduler.run_batch`` with these parameter names (``inspect.signature`` of the method, or its ``def``
     read from source) is not the layout the running-batch probe knows (``"takes (...), not (self, batch, ...)"``);
     None when it is."""
-    if tuple(parameters[:len(RUN_BATCH_PARAMS)]) == RUN_BATCH_PARAMS:
+    return leading_params_problem(parameters, RUN_BATCH_PARAMS)
+
+
+def model_forward_problem(parameters: Sequence[str]) -> str | None:
+    """Why a ``ModelRunner.forward`` with these parameter names is not the layout the ``slow-decode`` patch knows;
+    None when it is."""
+    return leading_params_problem(parameters, MODEL_FORWARD_PARAMS)
+
+
+def leading_params_problem(parameters: Sequence[str], expected: tuple[str, ...]) -> str | None:
+    """Why a method with these parameter names does not start with ``expected`` (``"takes (...), not (...)"``); None
+    when it does (and always for an empty ``expected``)."""
+    if tuple(parameters[:len(expected)]) == expected:
         return None
-    return f"takes ({', '.join(parameters)}), not ({', '.join(RUN_BATCH_PARAMS)}, ...)"
+    return f"takes ({', '.join(parameters)}), not ({', '.join(expected)}, ...)"
 
 
 def expected_shm_layout(version: Version | None) -> str | None:

@@ -10,7 +10,8 @@
 - ``env:K=V,...``        the same install plus environment variables (e.g. an SGLang feature switch)
 - ``installed``          the suite's own interpreter and SGLang, unchanged (the default candidate)
 
-Example: ``--perf-reference venv:/opt/sglang-0.5.15`` or ``--perf-reference patch:slow-scheduler=0.3``.
+Example: ``--perf-reference venv:/opt/sglang-0.5.15`` or ``--perf-candidate patch:slow-decode=0.4`` (the named patches
+are ``sglang_plugin.patches.TARGETS``).
 The build is part of ``EngineSpec`` (and so of the engine's key); the default is the suite's own interpreter.
 """
 

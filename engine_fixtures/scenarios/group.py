@@ -52,7 +52,8 @@ REPORTED: tuple[str, ...] = tuple(REPORTED_WHY)
 QUOTA_THREADS = "quota"  # Arm.threads: the arm's CPU quota in whole cores (at least 1), resolved when it is applied
 # The roles whose CPU an axis changes (SGLang's processes by title): the copy and its threads run in the
 # tokenizer manager (the HTTP server process), the IPC cache opens handles in the scheduler.
-PATCH_ROLES: Mapping[str, str] = {"slow-scheduler": "scheduler", "slow-tokenizer": "http_server"}
+PATCH_ROLES: Mapping[str, str] = {"slow-decode": "scheduler", "slow-scheduler": "scheduler",
+                                  "slow-tokenizer": "http_server"}
 AB_REFERENCE, AB_CANDIDATE = "reference", "candidate"
 
 

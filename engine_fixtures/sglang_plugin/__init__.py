@@ -8,7 +8,8 @@ process but the detokenizer, the hooks that read the live arm at each call: the 
 ``wrap_shm_features`` runs (``instrument.install_copy_dispatch``: the copy arm and the thread cap), on the cuda_ipc
 transport the IPC open/rebuild probe (``instrument``) and, in the tokenizer manager once SGLang has imported its
 processors, the IPC pool-handle cache switch (``ipc_switch.defer_ipc_switch``), and the named patches (known
-slowdowns for proving the gates, ``patches.py``); in the schedulers (which load the plugins from inside SGLang's
+slowdowns for proving the gates, ``patches.py``; ``slow-decode``, a GPU delay on the model runner, once SGLang has
+imported the model runner in a scheduler); in the schedulers (which load the plugins from inside SGLang's
 scheduler module, before they set their title) the running-batch probe (``instrument.install_running_probe``: each
 decode batch counted by its size, the scheduler's own count of running requests). The proof thread switches the
 live arm when ``<PERF_ARMS_PROOF_DIR>/arms.json`` (``EngineHandle.set_arm``) names a new seq, and writes a

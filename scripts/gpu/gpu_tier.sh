@@ -17,8 +17,8 @@
 #              review `perf-baseline show --baseline-dir $BASELINES` and commit what it wrote
 #   null       a null A/B (the installed build on both sides, --perf-reference installed): fresh engine pairs
 #              started one at a time with equal KV pools; it adds its pairs to this host's A/A history
-#   patch      the A/B of a candidate carrying the slow-scheduler patch sized to PATCH_PCT (15) % of the last
-#              null run's reference TPOT p50
+#   patch      the A/B of a candidate carrying the named patch PATCH (slow-decode) sized to PATCH_PCT (15) % of the
+#              last null run's reference TPOT p50
 #   transport  the transport group alone: cpu (buffer copy) vs cuda_ipc (cache on), fresh engine pairs
 #   cv         the within-run CV of req/s (counted vs continuous) over the last matrix run's windows
 #
@@ -31,6 +31,9 @@
 #              lacks the cpu controller; the lent H200 needs /sys/fs/cgroup); empty: the suite's own choice
 #   ARGS       more pytest arguments for every step (e.g. --perf-profile off); MATRIX_ARGS, SMOKE_ARGS,
 #              AB_ARGS (null, patch, transport) for some of them (split on spaces)
+#   PATCH      the named patch of the patch step (default slow-decode: GPU time before every decode step, which the
+#              overlapped scheduler cannot hide, so it realises its size; slow-scheduler, a CPU spin in every
+#              Scheduler.run_batch, stays selectable: the overlap hides much of it)
 #   K          a pytest -k expression applied to every step: a part of a step (e.g. K="cpu-quota or 2x2")
 #   OUT        if set, everything in $WORK is packed into $OUT/gpu-tier.tgz at the end (with $BASELINES)
 # No step writes a pool unless it is `pool`. Exit status: the last failed step's pytest status, else 0.
@@ -101,9 +104,9 @@ for step in "$@"; do
     null) run null 240 "$TIER/test_groups.py" -k build_ab --perf-reference installed ${AB_ARGS:-} ;;
     patch)
       ms=$(patch_ms) || { log "patch: no null run to size the patch from"; continue; }
-      log "patch: slow-scheduler=$ms ms (${PATCH_PCT:-15} % of the reference TPOT p50)"
+      log "patch: ${PATCH:-slow-decode}=$ms ms (${PATCH_PCT:-15} % of the reference TPOT p50)"
       run patch 200 "$TIER/test_groups.py" -k build_ab --perf-reference installed \
-        --perf-candidate "patch:slow-scheduler=$ms" ${AB_ARGS:-} ;;
+        --perf-candidate "patch:${PATCH:-slow-decode}=$ms" ${AB_ARGS:-} ;;
     transport) run transport 200 "$TIER/test_groups.py" -k transport_group ${AB_ARGS:-} ;;
     cv)
       python3 -m perf_tests.sglang.gpu_studies.rate_study "$(ls "$(last matrix)"/results/results-*.json | tail -1)" \

@@ -4,10 +4,14 @@ unit, and the table of counts."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from engine_fixtures.judge.blocks import plan
-from perf_tests.sglang.gpu_studies.ab_study import SCENARIOS, judge_trial, render, study_group
+from perf_tests.sglang.gpu_studies import ab_study
+from perf_tests.sglang.gpu_studies.ab_study import SCENARIOS, judge_trial, main, render, study_group
 
 
 def trial_windows(rng: np.random.Generator, slow: list[float], groups: int, blocks: int):  # type: ignore[no-untyped-def]
@@ -36,6 +40,27 @@ def test_a_trial_flags_twenty_percent_and_never_flags_a_zero_spin() -> None:
     assert abs(slow["tpot_gmean_ms"]["delta"] - 0.20) < 0.03
     assert zero["tpot_gmean_ms"]["status"] != "regression"
     assert [a.name for a in group.arms] == ["reference", "c1", "c2"]
+
+
+def test_the_candidates_carry_slow_decode_unless_told(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The default patch is the one that realises its size (GPU time on the decode step); slow-scheduler stays
+    selectable, by ``--patch`` or ``PATCH``, and an unknown name is refused by the command line."""
+    scenario = SCENARIOS["cpu-copy=buffer"]
+    assert dict(study_group(scenario, 1).arms[1].build.env) == {"PERF_ARMS_PATCH": "slow-decode=0"}
+    assert dict(study_group(scenario, 1, patch="slow-scheduler").arms[1].build.env) == {
+        "PERF_ARMS_PATCH": "slow-scheduler=0"}
+    seen: list[str] = []
+    monkeypatch.delenv("PATCH", raising=False)
+    monkeypatch.setattr(ab_study, "run", lambda *a, patch, **k: seen.append(patch) or {"sizes": []})
+    monkeypatch.setattr(ab_study, "show", lambda *a: None)
+    argv = ["--model", str(tmp_path), "--out", str(tmp_path / "out")]
+    main(argv)
+    monkeypatch.setenv("PATCH", "slow-scheduler")
+    main(argv)
+    main([*argv, "--patch", "slow-tokenizer"])
+    assert seen == ["slow-decode", "slow-scheduler", "slow-tokenizer"]
+    with pytest.raises(SystemExit):
+        main([*argv, "--patch", "slow-gpu"])
 
 
 def test_render_counts_every_size() -> None:

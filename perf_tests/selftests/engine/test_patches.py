@@ -37,15 +37,17 @@ def fake_sglang(monkeypatch: pytest.MonkeyPatch):
                                 {"_send_one_request": FakeTokenizerManager._send_one_request})
     monkeypatch.setitem(sys.modules, "fake_sched", sched)
     monkeypatch.setitem(sys.modules, "fake_tok", tok)
-    monkeypatch.setattr(patches, "TARGETS", {"slow-scheduler": ("fake_sched", "Scheduler", "run_batch"),
-                                             "slow-tokenizer": ("fake_tok", "TokenizerManager", "_send_one_request")})
+    monkeypatch.setattr(patches, "TARGETS", {
+        "slow-scheduler": patches.Target("fake_sched", "Scheduler", "run_batch", "scheduler"),
+        "slow-tokenizer": patches.Target("fake_tok", "TokenizerManager", "_send_one_request", "http_server")})
     monkeypatch.setattr(patches, "_MAGNITUDE_MS", {})
     return sched, tok
 
 
 def test_parse_names_the_known_patches() -> None:
     assert patches.parse("slow-scheduler=0.3, slow-tokenizer=2") == {"slow-scheduler": 0.3, "slow-tokenizer": 2.0}
-    with pytest.raises(ValueError, match="known patches are slow-scheduler, slow-tokenizer"):
+    assert patches.parse("slow-decode=0.4") == {"slow-decode": 0.4}
+    with pytest.raises(ValueError, match="known patches are slow-decode, slow-scheduler, slow-tokenizer"):
         patches.parse("slow-gpu=1")
     with pytest.raises(ValueError, match="must be a number"):
         patches.parse("slow-scheduler=fast")
@@ -100,7 +102,8 @@ def test_a_missing_target_is_recorded_not_raised(monkeypatch: pytest.MonkeyPatch
     mod = types.ModuleType("fake_sched_without_method")
     mod.Scheduler = type("Scheduler", (), {})
     monkeypatch.setitem(sys.modules, "fake_sched_without_method", mod)
-    monkeypatch.setattr(patches, "TARGETS", {"slow-scheduler": ("fake_sched_without_method", "Scheduler", "run_batch")})
+    monkeypatch.setattr(patches, "TARGETS", {
+        "slow-scheduler": patches.Target("fake_sched_without_method", "Scheduler", "run_batch", "scheduler")})
     rec = Recorder(tmp_path, {})
     patches.install(rec, "scheduler", {"slow-scheduler": 1.0})
     assert rec.installed == {}

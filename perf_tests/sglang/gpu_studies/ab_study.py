@@ -12,17 +12,20 @@ cancels; each window is logged with its engine and visit, and ``components`` rep
 every arm, what a pool of its engines promises, and the bimodal TPOT (``components.json``).
 
 A group of launches (``scenarios.group.Group``, ``Arm(launch=...)``): the reference and one candidate per size S,
-all of the installed SGLang, each candidate carrying the named patch ``slow-scheduler`` (a CPU spin in every
-``Scheduler.run_batch``), started one at a time with one KV size (``engine.group``). On the first instance group the
-reference's TPOT is measured and each candidate's spin is set live to S % of it (``EngineHandle.set_patch``,
-verified through the proof); later groups reuse those milliseconds. Blocks are the groups' mirrored blocks
+all of the installed SGLang, each candidate carrying the named patch ``--patch`` (env ``PATCH``; default
+``slow-decode``: GPU time before every decode step, on the critical path whatever the overlapped scheduler hides, so
+its realised size is its nominal one; ``slow-scheduler``, a CPU spin in every ``Scheduler.run_batch``, which the
+overlap largely hides, stays selectable), started one at a time with one KV size (``engine.group``). On the first
+instance group the reference's TPOT is measured and each candidate's patch is set live to S % of it
+(``EngineHandle.set_patch``, verified through the proof; ``spin_ms`` in the report, whatever the kind of delay);
+later groups reuse those milliseconds. Blocks are the groups' mirrored blocks
 (``judge.blocks``), so the reference and every candidate sit at the same mean position and a linear drift cancels.
 
 A trial is ``--pairs`` consecutive fresh instance groups (``scenarios.blocks_run.measure`` with a fixed budget):
 each size is judged against the reference by the A/B gate itself (``contrast_verdicts``: the instance group as the
 unit, at the alpha of the gate's first look with ``--perf-ab-instances`` = pairs; with ``--history`` this host's A/A
 history pooled into the variance, as the A/B does), so a trial is what one default A/B decides at its first look.
-Size 0 is a candidate with a zero spin: two builds that do the same work, so its regression verdicts are false
+Size 0 is a candidate with a zero patch: two builds that do the same work, so its regression verdicts are false
 alarms. The candidates of one instance group share its reference, unlike a production A/B pair; the table says so.
 Writes ``ab_study.json`` as it goes.
 """
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,7 +62,8 @@ from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.sglang_plugin.patches import TARGETS as PATCHES
 from perf_tests.sglang.gpu_studies.components import show
 
-PATCH = "slow-scheduler"  # the default patch of the candidates (--patch)
+PATCH_ENV = "PATCH"  # the named patch the candidates carry, unless --patch says
+PATCH = "slow-decode"  # the default patch of the candidates (--patch, $PATCH)
 SCENARIOS = {s.id: s for s in (EngineScenario("cuda_ipc-cache=on", transport="cuda_ipc", ipc_cache="on"),
                                EngineScenario("cpu-copy=buffer", transport="cpu", copy="buffer"),
                                EngineScenario("cpu-copy=buffer-quota", transport="cpu", copy="buffer",
@@ -182,11 +187,12 @@ def engine_facts(engine: EngineHandle) -> dict:
 
 def render(report: dict) -> Table:
     n = len(report["trials"])
+    patch = report.get("patch", "slow-scheduler")  # a report from before --patch: the CPU spin
     table = Table(title=f"A/B detection on {report['scenario']}: {n} trial(s) of {report['pairs_per_trial']} fresh "
-                        f"instance groups each (one reference shared by the candidates of a group); candidate spins "
-                        f"S% of the reference TPOT ({report.get('reference_tpot_ms', float('nan')):.2f} ms) per "
-                        "scheduler step")
-    for col in ("S", "spin ms", "realised TPOT", "realised req/s", "TPOT regression", "req/s regression",
+                        f"instance groups each (one reference shared by the candidates of a group); candidate carries "
+                        f"{patch} at S% of the reference TPOT ({report.get('reference_tpot_ms', float('nan')):.2f} "
+                        "ms)")
+    for col in ("S", "patch ms", "realised TPOT", "realised req/s", "TPOT regression", "req/s regression",
                 "TTFT p50 regression", "any judged metric regression", "undecided (TPOT)", "TPOT catches (median)"):
         table.add_column(col)
     for i, size in enumerate(report["sizes"]):
@@ -246,7 +252,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--engine-cpus", type=parse_cpus_setting, default="auto")
     ap.add_argument("--placements", default="off", help="per-role pinning of the references: 'off', or 'off,on' "
                     "for one engine of each per instance group (variance components; --sizes '')")
-    ap.add_argument("--patch", default=PATCH, choices=sorted(PATCHES), help="the candidates' named patch")
+    ap.add_argument("--patch", default=os.environ.get(PATCH_ENV) or PATCH, choices=sorted(PATCHES),
+                    help=f"the candidates' named patch (default: ${PATCH_ENV}, else {PATCH})")
     args = study_args(ap, argv)
     settings = Settings(window_s=args.window_s, warmup_s=args.warmup_s, engine_cpus=args.engine_cpus,
                         client_cpus=args.client_cpus)

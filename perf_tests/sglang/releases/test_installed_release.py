@@ -273,6 +273,27 @@ def test_running_probe_wraps_the_method_this_release_runs_every_batch_with() -> 
     assert {"is_decode", "is_mixed"} <= {f.name for f in mode.body if isinstance(f, ast.FunctionDef)}
 
 
+def test_decode_patch_wraps_the_method_this_release_runs_every_batch_with() -> None:
+    """The ``slow-decode`` patch's layout in this release's source (read, not imported): ``ModelRunner.forward`` with
+    the parameters the patch relies on, defined in the model-runner module, checking ``forward_mode.is_decode()``
+    itself; the TP worker calls it per batch and imports the module inside a function (so the plugin, which loads
+    before the scheduler builds its worker, waits for that import); ``ForwardMode`` has ``is_decode``."""
+    runner = class_def(sv.MODEL_RUNNER_MODULE, sv.MODEL_RUNNER_CLASS)
+    methods = {f.name: f for f in runner.body if isinstance(f, ast.FunctionDef)}
+    assert sv.MODEL_FORWARD_METHOD in methods, f"sglang {INSTALLED}: {sv.MODEL_RUNNER_CLASS} has no forward"
+    args = methods[sv.MODEL_FORWARD_METHOD].args
+    problem = sv.model_forward_problem([a.arg for a in (*args.posonlyargs, *args.args)])
+    assert problem is None, f"sglang {INSTALLED}: {sv.MODEL_RUNNER_CLASS}.{sv.MODEL_FORWARD_METHOD} {problem}"
+    assert "forward_batch.forward_mode.is_decode()" in source_of(sv.MODEL_RUNNER_MODULE)
+    worker = source_of("sglang.srt.managers.tp_worker")
+    assert "self.model_runner.forward(" in worker, f"sglang {INSTALLED}: the TP worker no longer calls it"
+    lazy = [n for n in ast.walk(ast.parse(worker)) if isinstance(n, ast.FunctionDef) for i in ast.walk(n)
+            if isinstance(i, ast.ImportFrom) and i.module == sv.MODEL_RUNNER_MODULE]
+    assert lazy, f"sglang {INSTALLED}: tp_worker imports {sv.MODEL_RUNNER_MODULE} only at module level now"
+    mode = class_def("sglang.srt.model_executor.forward_batch_info", "ForwardMode")
+    assert "is_decode" in {f.name for f in mode.body if isinstance(f, ast.FunctionDef)}
+
+
 def server_args_fields() -> set[str]:
     cls = sglang_module("sglang.srt.server_args").ServerArgs
     if dataclasses.is_dataclass(cls):

@@ -64,6 +64,16 @@ def test_the_running_batch_probe_knows_one_layout() -> None:
     assert sv.run_batch_problem(["self"]) == "takes (self), not (self, batch, ...)"
 
 
+def test_the_decode_patch_knows_one_layout() -> None:
+    """``ModelRunner.forward(self, forward_batch, ...)`` in every checked release (0.5.16 model_runner.py:1232, 0.5.20
+    :1628, 0.5.23 :1813): the ``slow-decode`` patch relies on its first two parameters only."""
+    assert (sv.MODEL_RUNNER_MODULE, sv.MODEL_RUNNER_CLASS, sv.MODEL_FORWARD_METHOD) == (
+        "sglang.srt.model_executor.model_runner", "ModelRunner", "forward")
+    assert sv.model_forward_problem(["self", "forward_batch", "skip_attn_backend_init", "pp_proxy_tensors"]) is None
+    assert sv.model_forward_problem(["self", "batch"]) == "takes (self, batch), not (self, forward_batch, ...)"
+    assert sv.leading_params_problem(["self", "obj"], ()) is None
+
+
 def test_a_newer_release_is_not_assumed_to_keep_any_layout() -> None:
     v = sv.parse("0.6.0")
     assert sv.is_newer_than_checked(v)
