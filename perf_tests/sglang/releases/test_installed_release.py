@@ -17,6 +17,7 @@ import inspect
 import pickle
 import textwrap
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -245,17 +246,21 @@ def class_def(module: str, name: str) -> ast.ClassDef:
     return found[0]
 
 
+def assert_method(module: str, cls: str, method: str, problem_of: Callable[[list[str]], str | None]) -> None:
+    """``module.cls`` defines ``method`` (not a mixin's) with the parameters a wrapper relies on (``problem_of``)."""
+    methods = {f.name: f for f in class_def(module, cls).body if isinstance(f, ast.FunctionDef)}
+    assert method in methods, f"sglang {INSTALLED}: {cls} has no {method}"
+    args = methods[method].args
+    problem = problem_of([a.arg for a in (*args.posonlyargs, *args.args)])
+    assert problem is None, f"sglang {INSTALLED}: {cls}.{method} {problem}"
+
+
 def test_running_probe_wraps_the_method_this_release_runs_every_batch_with() -> None:
     """The running-batch probe's layout in this release's source (read, not imported: the scheduler's imports want a
     GPU): ``Scheduler.run_batch`` with the parameters the probe relies on, defined in the scheduler module (no
     mixin's); ``run_scheduler_process`` loads the plugins from inside that module, so it is imported when the probe
     installs; the batch has ``reqs`` and ``forward_mode``, whose ``ForwardMode`` has ``is_decode`` and ``is_mixed``."""
-    scheduler = class_def(sv.SCHEDULER_MODULE, sv.SCHEDULER_CLASS)
-    methods = {f.name: f for f in scheduler.body if isinstance(f, ast.FunctionDef)}
-    assert sv.RUN_BATCH_METHOD in methods, f"sglang {INSTALLED}: {sv.SCHEDULER_CLASS} has no {sv.RUN_BATCH_METHOD}"
-    args = methods[sv.RUN_BATCH_METHOD].args
-    problem = sv.run_batch_problem([a.arg for a in (*args.posonlyargs, *args.args)])
-    assert problem is None, f"sglang {INSTALLED}: {sv.SCHEDULER_CLASS}.{sv.RUN_BATCH_METHOD} {problem}"
+    assert_method(sv.SCHEDULER_MODULE, sv.SCHEDULER_CLASS, sv.RUN_BATCH_METHOD, sv.run_batch_problem)
     (run,) = [n for n in ast.parse(source_of(sv.SCHEDULER_MODULE)).body
               if isinstance(n, ast.FunctionDef) and n.name == "run_scheduler_process"]
     calls: dict[str, int] = {}
@@ -278,12 +283,7 @@ def test_decode_patch_wraps_the_method_this_release_runs_every_batch_with() -> N
     the parameters the patch relies on, defined in the model-runner module, checking ``forward_mode.is_decode()``
     itself; the TP worker calls it per batch and imports the module inside a function (so the plugin, which loads
     before the scheduler builds its worker, waits for that import); ``ForwardMode`` has ``is_decode``."""
-    runner = class_def(sv.MODEL_RUNNER_MODULE, sv.MODEL_RUNNER_CLASS)
-    methods = {f.name: f for f in runner.body if isinstance(f, ast.FunctionDef)}
-    assert sv.MODEL_FORWARD_METHOD in methods, f"sglang {INSTALLED}: {sv.MODEL_RUNNER_CLASS} has no forward"
-    args = methods[sv.MODEL_FORWARD_METHOD].args
-    problem = sv.model_forward_problem([a.arg for a in (*args.posonlyargs, *args.args)])
-    assert problem is None, f"sglang {INSTALLED}: {sv.MODEL_RUNNER_CLASS}.{sv.MODEL_FORWARD_METHOD} {problem}"
+    assert_method(sv.MODEL_RUNNER_MODULE, sv.MODEL_RUNNER_CLASS, sv.MODEL_FORWARD_METHOD, sv.model_forward_problem)
     assert "forward_batch.forward_mode.is_decode()" in source_of(sv.MODEL_RUNNER_MODULE)
     worker = source_of("sglang.srt.managers.tp_worker")
     assert "self.model_runner.forward(" in worker, f"sglang {INSTALLED}: the TP worker no longer calls it"
