@@ -21,6 +21,10 @@
 #              last null run's reference TPOT p50
 #   transport  the transport group alone: cpu (buffer copy) vs cuda_ipc (cache on), fresh engine pairs
 #   cv         the within-run CV of req/s (counted vs continuous) over the last matrix run's windows
+#   components variance components of fresh engines of the installed build (issue 36): instance groups of one engine
+#              per placement (PLACEMENTS, default off,on: per-role pinning), started one after another until the
+#              step's budget is spent, then every components-* run of $WORK read together, less the first run's
+#              first SKIP_GROUPS (1: the fresh host's warm-up) groups; windows in $WORK/components-<n>/ab_study.json
 #
 # Environment (all optional):
 #   WORK       where every step writes (default: .perf-gpu under the repository root); steps of one machine share it
@@ -112,7 +116,16 @@ for step in "$@"; do
       python3 -m perf_tests.sglang.gpu_studies.rate_study "$(ls "$(last matrix)"/results/results-*.json | tail -1)" \
         > "$WORK/logs/cv.md" 2>&1
       log "cv rc=$?"; cat "$WORK/logs/cv.md" ;;
-    *) log "unknown step $step (steps: matrix weekly smoke pool null patch transport cv)"; exit 2 ;;
+    components)
+      n=$(ls -d "$WORK"/components-* 2>/dev/null | wc -l); d="$WORK/components-$((n + 1))"
+      timeout $(( $(left) - 5 )) python3 -m perf_tests.sglang.gpu_studies.ab_study --model "${MODEL:?components needs \
+MODEL, a model directory (python3 -m engine_fixtures.model.modeldir DIR --shape qwen3-vl-4b)}" --sizes '' \
+        --placements "${PLACEMENTS:-off,on}" --pairs 1 --blocks "${BLOCKS:-3}" --budget-s $(( $(left) - 120 )) \
+        ${PERF_CGROUP_PARENT:+--cgroup-parent "$PERF_CGROUP_PARENT"} --out "$d" > "$WORK/logs/components-$((n + 1)).log" 2>&1
+      log "components rc=$?"
+      python3 -m perf_tests.sglang.gpu_studies.components $(ls -v "$WORK"/components-*/ab_study.json) \
+        --skip-first-groups "${SKIP_GROUPS:-1}" --out "$WORK" 2>&1 | tee "$WORK/logs/components.md" ;;
+    *) log "unknown step $step (steps: matrix weekly smoke pool null patch transport cv components)"; exit 2 ;;
   esac
 done
 exit "$STATUS"
