@@ -198,7 +198,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("role_cpus", "Per-role pinning inside the engines' CPUs: 'on' gives the scheduler and the HTTP server "
            "two physical cores each and the detokenizer one, no core shared by two roles (SMT siblings apart), the "
            "other processes the rest; 'off' (default) lets every role run on all the engines' CPUs. A pool is only "
-           "valid for the placement it was recorded under (the engine key includes it).", parse_choice("off", "on"),
+           "valid for the placement it was recorded under (an arm's key says role_cpus=on).", parse_choice("off", "on"),
            "off", "off|on"),
     Option("scale", "Size of the CPU-tier sweep: 'smoke' (CI, minutes) or 'full' (every arm).",
            parse_choice("smoke", "full"), "smoke", "smoke|full"),

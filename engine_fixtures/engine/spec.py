@@ -131,6 +131,8 @@ class EngineSpec:
             arm["max_running"] = str(self.max_running_requests)
         if self.cpu_quota is not None:
             arm["quota"] = quota_text(self.cpu_quota)
+        if self.role_cpus is not None:  # a pool of pinned roles is not one of unpinned ones (absent: keys unchanged)
+            arm["role_cpus"] = "on"
         return arm
 
     @property

@@ -62,6 +62,8 @@ def test_a_spec_refuses_roles_placed_outside_its_cpus(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="outside the engine's CPUs"):
         EngineSpec(tmp_path, role_cpus=placed)
     assert EngineSpec(tmp_path, cpus=(0, 1), role_cpus=placed).key != EngineSpec(tmp_path, cpus=(0, 1)).key
+    assert EngineSpec(tmp_path, cpus=(0, 1), role_cpus=placed).arm["role_cpus"] == "on"  # its pools are its own
+    assert "role_cpus" not in EngineSpec(tmp_path, cpus=(0, 1)).arm  # unpinned arms keep the keys they had
 
 
 def test_every_thread_of_a_role_is_pinned_and_a_vanished_pid_is_skipped() -> None:
