@@ -195,11 +195,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("engine_cpus", "CPUs for the engines, disjoint from the load client's: 'auto' pins on machines with 8 or "
            "more visible CPUs (the client gets the last quarter, at least 2, unless --perf-client-cpus names them), "
            "'off' pins nothing, or a list such as 0-11.", parse_cpus_setting, "auto", "auto|off|LIST"),
-    Option("role_cpus", "Per-role pinning inside the engines' CPUs: 'on' gives the scheduler and the HTTP server "
-           "two physical cores each and the detokenizer one, no core shared by two roles (SMT siblings apart), the "
-           "other processes the rest; 'off' (default) lets every role run on all the engines' CPUs. A pool is only "
-           "valid for the placement it was recorded under (an arm's key says role_cpus=on).", parse_choice("off", "on"),
-           "off", "off|on"),
+    Option("role_cpus", "Per-role pinning in the engines' CPUs: 'on' gives the scheduler and the HTTP server two "
+           "physical cores each, the detokenizer one (no core shared by two roles), the rest the others; its pools are "
+           "its own (role_cpus=on in the arm's key).", parse_choice("off", "on"), "off", "off|on"),
     Option("scale", "Size of the CPU-tier sweep: 'smoke' (CI, minutes) or 'full' (every arm).",
            parse_choice("smoke", "full"), "smoke", "smoke|full"),
     Option("model", "Model directory for GPU-tier engine tests (default: generate a dummy-weight one).", Path,

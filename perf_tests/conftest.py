@@ -44,12 +44,16 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Callable[[str, str], Path]]:
 
 # ------------------------------------------------------------------------------------------ two xdist workers
 # The unit env runs the self-tests on two pytest-xdist workers (`-n 2 --dist loadgroup`, tox.ini). Most tests are
-# pure Python and run beside anything. These modules share something machine-wide and so run in sequence on one
-# worker (an xdist group, in collection order), or with nothing beside them at all (exclusive). By module (path
+# pure Python and run beside anything. These modules share something machine-wide and so run one at a time (a group:
+# no two of its tests at once, on whichever workers), or with nothing beside them at all (exclusive). By module (path
 # under perf_tests/), so a new test in one of them inherits its module's rule; a new module that starts processes
 # belongs in one of these lists.
+# A group is a lock held from setup to teardown (``pytest_runtest_protocol`` below), not only xdist's loadgroup:
+# pytest 9 gives a node its id from ``Node._id``, and xdist 3.8's loadgroup still rewrites ``_nodeid``, so its groups
+# silently stopped grouping (found 2026-12-04: one module's tests ran on both workers). The ``xdist_group`` mark stays
+# so that an xdist that groups again keeps a group on one worker, where the lock never waits.
 # One group: every module that starts SGLang-titled stub engines or process trees, directly or in a run of pytest
-# inside a test, runs on one worker in sequence. Two groups used to run side by side, and a factory stopping its
+# inside a test, runs one test at a time. Two such tests used to run side by side, and a factory stopping its
 # engine in one took an owner-less or neighbour's /dev/shm pool of the other for its own leak and removed it (CI,
 # 2026-12-04: the crash test and the live-neighbour test failed that way).
 XDIST_GROUPS: dict[str, tuple[str, ...]] = {
@@ -82,8 +86,8 @@ XDIST_GROUPS: dict[str, tuple[str, ...]] = {
 # checks that its factory reports the pool it left: a stub engine of a measuring session stopping beside it took
 # that owner-less pool as its own leak and removed it first (CI, 2026-12-04), so it runs alone too (19 s).
 # test_factory_stub's live-neighbour test found its neighbour's segment gone twice on 2026-12-04 (CI, and a local
-# xdist run), each time with tests running on the other worker, never alone (20 runs): the cause is not found yet (the
-# assertion now says whether the neighbour still ran and what the leak check found), so it runs alone too (10 s).
+# xdist run), each time with engine-tree tests running on the other worker (the broken loadgroup, above), never alone
+# (20 runs); it runs alone too (10 s), and its assertion says whether the neighbour still ran and what the check found.
 EXCLUSIVE: tuple[str, ...] = (
     "selftests/harness/test_sweep.py", "selftests/harness/test_leaks.py", "selftests/engine/test_engine_stub.py",
     "selftests/engine/test_factory_stub.py",
@@ -95,6 +99,8 @@ EXCLUSIVE: tuple[str, ...] = (
 )
 _HERE = Path(__file__).parent
 _SHARE_KEY = pytest.StashKey[IO[bytes]]()
+_GROUP_KEY = pytest.StashKey[IO[bytes]]()  # the one group's lock (every listed module is in "engine-trees")
+_HELD_KEY = pytest.StashKey[bool]()  # this worker holds the group lock and an exclusive share lock across tests
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -103,12 +109,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.hasplugin("xdist"):  # the marks below are set either way; --strict-markers
         config.addinivalue_line("markers", "xdist_group(name): pytest-xdist runs a group's tests on one worker.")
     workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None:  # an xdist worker: the run's readers-writer lock file, shared by its workers
-        path = Path(tempfile.gettempdir()) / f"perf-selftests-{workerinput['testrunuid']}.lock"
-        config.stash[_SHARE_KEY] = path.open("a+b")  # closed by the cleanup below
-        config.add_cleanup(config.stash[_SHARE_KEY].close)
-        if workerinput.get("workerid") == "gw0":
-            config.add_cleanup(lambda: path.unlink(missing_ok=True))
+    if workerinput is not None:  # an xdist worker: the run's lock files, shared by its workers
+        for key, suffix in ((_SHARE_KEY, ""), (_GROUP_KEY, "-group")):
+            path = Path(tempfile.gettempdir()) / f"perf-selftests-{workerinput['testrunuid']}{suffix}.lock"
+            config.stash[key] = path.open("a+b")  # closed by the cleanup below
+            config.add_cleanup(config.stash[key].close)
+            if workerinput.get("workerid") == "gw0":
+                config.add_cleanup(lambda path=path: path.unlink(missing_ok=True))
 
 
 _GROUP_OF = {path: name for name, paths in XDIST_GROUPS.items() for path in paths} | dict.fromkeys(
@@ -129,16 +136,27 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """Under xdist, each test holds a shared lock on the run's lock file, an exclusive test an exclusive one (kept
-    across a run of exclusive tests): a flock readers-writer lock between the workers, setup to teardown."""
+    """Under xdist, setup to teardown: a test of the group holds the group's lock (one of its tests at a time on all
+    workers), then every test a shared lock on the run's lock file and an exclusive test an exclusive one (a flock
+    readers-writer lock between the workers). A run of exclusive tests keeps both between its tests; the group's lock
+    is always taken first, so two workers never wait on each other in a cycle."""
     share = item.config.stash.get(_SHARE_KEY, None)
     if share is None:
         yield
         return
+    group = item.config.stash[_GROUP_KEY]
     exclusive = item.get_closest_marker("exclusive") is not None
-    fcntl.flock(share, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    grouped = item.get_closest_marker("xdist_group") is not None
+    if not item.config.stash.get(_HELD_KEY, False):
+        if grouped:
+            fcntl.flock(group, fcntl.LOCK_EX)
+        fcntl.flock(share, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
     try:
         yield
     finally:
-        if not (exclusive and nextitem is not None and nextitem.get_closest_marker("exclusive") is not None):
+        keep = exclusive and nextitem is not None and nextitem.get_closest_marker("exclusive") is not None
+        item.config.stash[_HELD_KEY] = keep
+        if not keep:
             fcntl.flock(share, fcntl.LOCK_UN)
+            if grouped:
+                fcntl.flock(group, fcntl.LOCK_UN)
