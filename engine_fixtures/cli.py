@@ -40,6 +40,7 @@ from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.noise import MIN_RUNS
 from engine_fixtures.judge.verdicts import judge_result
 from engine_fixtures.machine import HostIdentity, MachineInfo, host_of
+from engine_fixtures.option_values import parse_positive_int
 from engine_fixtures.report.table import markdown, rows_for, terminal_table
 from engine_fixtures.store import history
 from engine_fixtures.store.baselines import POOL_RUNS, Baseline, BaselineRun, BaselineStore, machine_keys
@@ -283,7 +284,7 @@ def parser() -> argparse.ArgumentParser:
     sp = add("update", cmd_update, "add runs to the pooled baselines (guarded)",
              ("baseline_dir", "results_dir", "history_url"))
     sp.add_argument("--from", dest="results", nargs="+", type=Path, metavar="RESULT_OR_DIR")
-    sp.add_argument("--from-runs", type=options.parse_positive_int, metavar="K", help="rebuild each pool from the "
+    sp.add_argument("--from-runs", type=parse_positive_int, metavar="K", help="rebuild each pool from the "
                     "newest K clean runs of the machine key in the run history (or in the --from results); fewer "
                     "than K for a scenario is an error")
     sp.add_argument("--machine", metavar="KEY", help="machine key for --from-runs (default: this machine's)")

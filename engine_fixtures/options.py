@@ -18,95 +18,23 @@ from typing import Any
 
 from engine_fixtures.engine.build import EngineBuild, parse_reference
 from engine_fixtures.errors import ConfigError
-from engine_fixtures.inject import Injection, parse_injection
+from engine_fixtures.inject import Injection
 from engine_fixtures.judge.decide import MIN_BLOCKS
 from engine_fixtures.judge.sequential import DEFAULT_MAX_REPEATS, DEFAULT_REPEATS
+from engine_fixtures.option_values import (
+    Parser,
+    parse_bool,
+    parse_choice,
+    parse_cpu_list,
+    parse_cpus_setting,
+    parse_injection_text,
+    parse_nonnegative_float,
+    parse_percent,
+    parse_positive_float,
+    parse_positive_int,
+)
 from engine_fixtures.quota import QuotaSetting
 from engine_fixtures.redact import mask_url, mask_value
-
-Parser = Callable[[str], Any]
-
-
-def parse_positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def parse_positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
-
-
-def parse_nonnegative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def parse_cpus_setting(text: str) -> tuple[int, ...] | str:
-    """``auto``, ``off`` or a CPU list (``0-11``, ``0,2,4``)."""
-    low = text.strip().lower()
-    return low if low in ("auto", "off") else parse_cpu_list(text)
-
-
-def parse_percent(text: str) -> float:
-    """``5`` or ``5%`` -> 0.05."""
-    value = parse_positive_float(text.strip().rstrip("%"))
-    return value / 100.0
-
-
-def _parse_injection(text: str) -> Injection:
-    try:
-        return parse_injection(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def parse_choice(*choices: str) -> Parser:
-    def parse(text: str) -> str:
-        if text not in choices:
-            raise argparse.ArgumentTypeError(f"expected one of {', '.join(choices)}, got {text!r}")
-        return text
-
-    parse.__name__ = "choice"
-    return parse
-
-
-def parse_bool(text: str) -> bool:
-    low = text.strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off", ""):
-        return False
-    raise argparse.ArgumentTypeError(f"expected yes or no (also true/false, on/off, 1/0), got {text!r}")
-
-
-def parse_cpu_list(text: str) -> tuple[int, ...]:
-    """``0``, ``0,1`` or ``2-5`` -> CPU ids for pinning the load client."""
-    cpus: list[int] = []
-    try:
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            lo, _, hi = part.partition("-")
-            cpus.extend(range(int(lo), int(hi or lo) + 1))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a CPU list like '0' or '0,2-3', got {text!r}") from None
-    if not cpus:
-        raise argparse.ArgumentTypeError(f"empty CPU list {text!r}")
-    return tuple(cpus)
 
 
 @dataclass(frozen=True)
@@ -182,7 +110,7 @@ OPTIONS: tuple[Option, ...] = (
            partial(parse_reference, option="--perf-candidate"), EngineBuild(), "BUILD"),
     Option("inject", "Deliberate slowdowns or faults that prove the gates red (never recorded as baselines): "
            "slow:ARM=MS (mechanism producer spins MS ms per request) and copy:ARM=IMPL (arm copies with IMPL).",
-           _parse_injection, None, "SPEC"),
+           parse_injection_text, None, "SPEC"),
     Option("window_s", "Length of one engine measurement window in seconds (the unit the GPU tier's verdicts "
            "count). Windows follow each other with no pause inside one load segment; a request counts in the window "
            "it finished in.", parse_positive_float, 3.0, "S"),

@@ -13,6 +13,7 @@ from engine_fixtures import options
 from engine_fixtures.cli import main
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.inject import parse_injection
+from engine_fixtures.option_values import parse_percent
 from engine_fixtures.quota import QuotaSetting
 
 pytest_plugins = ("pytester",)
@@ -32,7 +33,7 @@ def test_values_are_shown_as_the_command_line_spells_them() -> None:
     assert show(True) == "yes"
     assert show(None) == "unset"
     assert show((0, 1)) == "0,1"
-    assert show(options.parse_percent("5"), by["floor"]) == "5%"
+    assert show(parse_percent("5"), by["floor"]) == "5%"
     assert show("postgresql://u:pw@h/db") == "postgresql://u:***@h/db"
 
 

@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("samplers; files and history", frozenset({"sampling", "store"})),
     ("the engine; machine facts", frozenset({"engine", "machine"})),
     ("processes and cgroups; SGLang plugin", frozenset({"isolation", "sglang_plugin"})),
-    ("values and statistics", frozenset({"quota", "judge", "model", "transport", "nvml"})),
+    ("values and statistics", frozenset({"quota", "judge", "model", "transport", "nvml", "option_values"})),
     ("foundations", frozenset({"errors", "redact", "inject", "sglang_version", "hypothesis_profiles"})),
 )
 PYTEST_ALLOWED = frozenset({"plugin", "fixtures", "session"})

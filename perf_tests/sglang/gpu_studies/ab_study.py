@@ -52,7 +52,8 @@ from engine_fixtures.isolation.pinning import cpu_split, role_placement
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.loadgen.stream import LoadStream
-from engine_fixtures.options import Settings, parse_cpu_list, parse_cpus_setting
+from engine_fixtures.option_values import parse_cpu_list, parse_cpus_setting
+from engine_fixtures.options import Settings
 from engine_fixtures.scenarios.blocks_run import ArmWindows, Judging, NullFor, contrast_verdicts, measure
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.group import Arm, Contrast, Group

@@ -26,7 +26,7 @@ from engine_fixtures.engine.factory import EngineFactory
 from engine_fixtures.isolation.pinning import cpu_split
 from engine_fixtures.loadgen.records import RequestRecord
 from engine_fixtures.loadgen.stream import LoadStream, finished_in, progress_rate
-from engine_fixtures.options import parse_cpus_setting
+from engine_fixtures.option_values import parse_cpus_setting
 from engine_fixtures.scenarios.engine import EngineScenario
 from perf_tests.sglang.gpu_studies.ab_study import SCENARIOS, study_args, study_parser
 
