@@ -31,6 +31,7 @@ from engine_fixtures.errors import ConfigError
 from engine_fixtures.loadgen.workload import IMAGE_CONTENTS
 from engine_fixtures.quota import declared_cores
 from engine_fixtures.scenarios.engine import EngineScenario, graph_bucket
+from engine_fixtures.sglang_plugin import patches
 from engine_fixtures.transport.live import LiveArm
 
 INHERIT = "group"  # an arm's quota: the group's engine quota
@@ -52,8 +53,7 @@ REPORTED: tuple[str, ...] = tuple(REPORTED_WHY)
 QUOTA_THREADS = "quota"  # Arm.threads: the arm's CPU quota in whole cores (at least 1), resolved when it is applied
 # The roles whose CPU an axis changes (SGLang's processes by title): the copy and its threads run in the
 # tokenizer manager (the HTTP server process), the IPC cache opens handles in the scheduler.
-PATCH_ROLES: Mapping[str, str] = {"slow-decode": "scheduler", "slow-scheduler": "scheduler",
-                                  "slow-tokenizer": "http_server"}
+PATCH_ROLES: Mapping[str, str] = patches.ROLES  # the process each named patch runs in (its target's)
 AB_REFERENCE, AB_CANDIDATE = "reference", "candidate"
 
 
