@@ -150,7 +150,7 @@ def slow_share(log: WindowLog, arm: str) -> dict[str, Any]:
         if abs(cut - prev) < 1e-9:
             break
     shares = {e: float(np.mean(np.log(v) > cut)) for e, v in per.items()}
-    p = float(np.mean(np.log(np.concatenate([np.asarray(v) for v in per.values()])) > cut))
+    p = float(np.mean(every > cut))
     n = np.mean([len(v) for v in per.values()])
     return {"engines": len(per), "cut_ms": math.exp(cut) * 1e3, "share_mean": p,
             "share_sd_between_engines": float(np.std(list(shares.values()), ddof=1)),
