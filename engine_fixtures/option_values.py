@@ -15,34 +15,27 @@ from engine_fixtures.inject import Injection, parse_injection
 Parser = Callable[[str], Any]
 
 
-def parse_positive_int(text: str) -> int:
+def _number(text: str, kind: Callable[[str], float], what: str, lowest: float, inclusive: bool) -> Any:
+    """``text`` as ``kind``, at least ``lowest`` (above it unless ``inclusive``); NaN is refused too."""
     try:
-        value = int(text)
+        value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not (value >= lowest if inclusive else value > lowest):
+        raise argparse.ArgumentTypeError(f"must be {'>=' if inclusive else '>'} {lowest:g}, got {value}")
     return value
+
+
+def parse_positive_int(text: str) -> int:
+    return int(_number(text, int, "an integer", 1, inclusive=True))
 
 
 def parse_positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
+    return float(_number(text, float, "a number", 0, inclusive=False))
 
 
 def parse_nonnegative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+    return float(_number(text, float, "a number", 0, inclusive=True))
 
 
 def parse_cpus_setting(text: str) -> tuple[int, ...] | str:
