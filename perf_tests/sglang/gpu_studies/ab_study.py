@@ -27,7 +27,10 @@ unit, at the alpha of the gate's first look with ``--perf-ab-instances`` = pairs
 history pooled into the variance, as the A/B does), so a trial is what one default A/B decides at its first look.
 Size 0 is a candidate with a zero patch: two builds that do the same work, so its regression verdicts are false
 alarms. The candidates of one instance group share its reference, unlike a production A/B pair; the table says so.
-Writes ``ab_study.json`` as it goes.
+Writes ``ab_study.json`` as it goes. ``--live-check B`` first measures each sized patch on its own live engine (B
+mirrored pairs of windows without and with it), so the A/B relies on a size it has seen realised;
+``ab_trials`` judges the logged groups again afterwards, in trials of any size, with the A/A history of the other
+groups' size-0 pairs.
 """
 
 from __future__ import annotations
@@ -100,7 +103,7 @@ def judge_trial(group: Group, windows: ArmWindows, block_unit: Sequence[int], i:
 
 def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: int, blocks: int, budget_s: float,
         settings: Settings, out: Path, null_for: NullFor = lambda _m: None, placements: Sequence[str] = ("off",),
-        patch: str = PATCH) -> dict:
+        patch: str = PATCH, live_check: int = 0) -> dict:
     t_start = time.monotonic()
     split = cpu_split(settings.engine_cpus, settings.client_cpus)
     group = study_group(scenario, len(sizes), placements, patch)
@@ -118,6 +121,7 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: in
                     "groups": [], "trials": [], "windows": []}
     factory = EngineFactory(out / "engines", deadline_s=600.0, max_live=len(names))
     spin: list[float] = []
+    once = [0.0]
     live: dict[str, EngineHandle] = {}
     with LoadStream(cpus=split.client) as stream:
         load = SessionLoad(stream, settings, split)
@@ -127,20 +131,41 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: in
             for engine in live.values():
                 factory.release(engine.spec)
             n = len(report["groups"])
+            t0 = time.monotonic()
             with timeline.span("engine", f"group {n}"):
                 engines = start_group(factory, [specs[m].with_(name=f"sglang-{m}-g{n}") for m in names])
+            start_s = time.monotonic() - t0
             live.update(zip(names, engines, strict=True))
             for engine in engines:
                 load.first_light(engine, scenario.workload(), timeline)
+            first_light_s = time.monotonic() - t0 - start_s
+            t_once = time.monotonic()
             if sizes and not spin:
                 cal = windows_of(live[REFERENCE], 2)
                 tpot = sum(w["tpot_gmean_ms"] for w in cal) / len(cal)
                 spin.extend(tpot * s / 100.0 for s in sizes)
                 report["reference_tpot_ms"], report["spin_ms"] = tpot, list(spin)
+            if live_check and "live_check" not in report:
+                report["live_check"] = {str(s): live_size(live[name], ms, live_check)
+                                        for name, s, ms in zip(names[1:], sizes, spin, strict=True) if ms > 0}
+            once[0] += time.monotonic() - t_once  # the calibration and live check: once per study, not per group
             for name, ms in zip(names[1:] if sizes else [], spin, strict=True):
                 live[name].set_patch({patch: ms})
-            report["groups"].append({"instances": [e.instance for e in engines],
+            report["groups"].append({"instances": [e.instance for e in engines], "start_s": start_s,
+                                     "first_light_s": first_light_s, "spin_ms": list(spin),
                                      "engines": {m: engine_facts(e) for m, e in zip(names, engines, strict=True)}})
+
+        def live_size(engine: EngineHandle, ms: float, blocks: int) -> dict:
+            """The patch's realised TPOT effect on one live engine, before any A/B relies on it: ``blocks``
+            mirrored pairs of one window without and one with it (the order alternates, so a drift cancels)."""
+            ratios = []
+            for b in range(blocks):
+                tpot = {}
+                for on in ((False, True) if b % 2 == 0 else (True, False)):
+                    engine.set_patch({patch: ms if on else 0.0})
+                    tpot[on] = windows_of(engine, 1)[0]["tpot_gmean_ms"]
+                ratios.append(math.log(tpot[True] / tpot[False]))
+            return {"ms": ms, "log_ratios": ratios, "realised": math.expm1(sum(ratios) / len(ratios))}
 
         def windows_of(engine: EngineHandle, n: int, requests: list | None = None) -> list[dict[str, float]]:
             plan = SegmentPlan(scenario.workload(), n, settings.window_s, settings.warmup_s, settings.sample_hz)
@@ -164,7 +189,8 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: in
                 # (the placements' contrast is read from the components, over every group, not per trial)
                 report["trials"].append({str(s): judge_trial(group, trial.windows, trial.block_unit, i + 1, pairs,
                                                              null_for) for i, s in enumerate(sizes)})
-                report["trial_s"] = time.monotonic() - t0
+                report["trial_s"] = time.monotonic() - t0 - once[0]  # what the next trial should take
+                once[0] = 0.0
                 report["elapsed_s"] = time.monotonic() - t_start
                 (out / "ab_study.json").write_text(json.dumps(report, indent=1))
         finally:
@@ -255,12 +281,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                     "for one engine of each per instance group (variance components; --sizes '')")
     ap.add_argument("--patch", default=os.environ.get(PATCH_ENV) or PATCH, choices=sorted(PATCHES),
                     help=f"the candidates' named patch (default: ${PATCH_ENV}, else {PATCH})")
+    ap.add_argument("--live-check", type=int, default=0, metavar="BLOCKS",
+                    help="on the first group, measure each sized patch's realised TPOT effect on its live engine over "
+                         "BLOCKS mirrored pairs of windows without and with it, before the A/B relies on its size")
     args = study_args(ap, argv)
     settings = Settings(window_s=args.window_s, warmup_s=args.warmup_s, engine_cpus=args.engine_cpus,
                         client_cpus=args.client_cpus)
     report = run(args.model, SCENARIOS[args.scenario], [float(s) for s in args.sizes.split(",") if s], args.pairs,
                  args.blocks, args.budget_s, settings, args.out, placements=args.placements.split(","),
-                 patch=args.patch)
+                 patch=args.patch, live_check=args.live_check)
     console = Console(width=240)
     if report["sizes"]:
         console.print(render(report))

@@ -193,19 +193,29 @@ def components_report(report: Mapping[str, Any]) -> tuple[list[Components], dict
     return rows, out
 
 
-def merged(paths: Sequence[Path], skip_first: int = 0) -> dict[str, Any]:
-    """The window logs and groups of several ``ab_study.json`` files as one report (engines prefixed by file), less
-    the first file's first ``skip_first`` instance groups (a fresh host's warm-up, said in the report)."""
+KEPT = ("scenario", "sizes", "patch", "blocks_per_group", "window_s", "warmup_s", "placements")
+
+
+def merged(paths: Sequence[Path], skip_first: int = 0, same_build: Sequence[str] = ()) -> dict[str, Any]:
+    """The window logs and groups of several ``ab_study.json`` files as one report (engines prefixed by file, groups
+    numbered on), less the first file's first ``skip_first`` instance groups (a fresh host's warm-up, said in the
+    report). The arms named in ``same_build`` (an A/B study's reference and its size-0 candidate: one build) are
+    logged under the first one's name as well as their own (``arm`` and ``build``), so components can read them as
+    one build's engines."""
     out: dict[str, Any] = {"windows": [], "groups": [], "sources": [str(p) for p in paths],
-                           "skipped_groups": skip_first}
+                           "skipped_groups": skip_first, "calls": []}
     for i, path in enumerate(paths):
         data = json.loads(path.read_text())
         tag = f"r{i}:" if len(paths) > 1 else ""
         skip = skip_first if i == 0 else 0
-        out["scenario"] = data["scenario"]
-        out["windows"] += [{**w, "engine": tag + w["engine"], "visit": f"{tag}{w['visit']}"} for w in data["windows"]
-                           if w["group"] >= skip]
+        base = len(out["groups"]) - skip
+        out.update({k: data[k] for k in KEPT if k in data})
+        out["windows"] += [{**w, "engine": tag + w["engine"], "visit": f"{tag}{w['visit']}", "group": base + w["group"],
+                            "arm": same_build[0] if w["arm"] in same_build else w["arm"], "own_arm": w["arm"]}
+                           for w in data["windows"] if w["group"] >= skip]
         out["groups"] += data["groups"][skip:]
+        out["calls"].append({k: data.get(k) for k in ("spin_ms", "reference_tpot_ms", "live_check", "elapsed_s",
+                                                      "timeline")})
     return out
 
 
@@ -215,8 +225,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--skip-first-groups", type=int, default=0,
                     help="leave out the first file's first N instance groups (the fresh host's warm-up)")
+    ap.add_argument("--same-build", default="", metavar="ARM,ARM",
+                    help="arms of one build read as one (an A/B study's 'reference,c1' when c1 is its size 0)")
     args = ap.parse_args(argv)
-    show(merged(args.reports, args.skip_first_groups), args.out)
+    show(merged(args.reports, args.skip_first_groups, [a for a in args.same_build.split(",") if a]), args.out)
 
 
 def show(report: Mapping[str, Any], out: Path | None, console: Console | None = None) -> None:
