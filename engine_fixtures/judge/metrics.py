@@ -174,13 +174,16 @@ _ALL: tuple[Metric, ...] = (
     # GPU telemetry (NVML, mean over the window and the arm's GPUs): report-only, the suite never locks clocks or
     # changes any GPU setting. A window the GPU was slowed in is refused (scenarios.segment.MAX_THROTTLED_FRACTION).
     _diag("gpu_sm_clock_mhz_mean", "MHz", "mean GPU SM clock over the window"),
+    _diag("gpu_sm_clock_max_mhz", "MHz", "the GPU's maximum SM clock (NVML): what the window's SM clock lost to a "
+          "power cap or heat is measured against"),
     _diag("gpu_mem_clock_mhz_mean", "MHz", "mean GPU memory clock over the window"),
     _diag("gpu_power_w_mean", "W", "mean GPU power draw over the window"),
     _diag("gpu_temp_c_mean", "C", "mean GPU temperature (the GPU sensor) over the window"),
     _diag("gpu_temp_c_max", "C", "the hottest GPU temperature reading in the window"),
     _diag("gpu_throttled_fraction", "ratio", "share of the window's readings in which any GPU was slowed by heat or "
           "power (NVML's clock-event reasons: the five gpu_throttle_* below); a window above "
-          "scenarios.segment.MAX_THROTTLED_FRACTION counts toward no verdict"),
+          "scenarios.segment.MAX_THROTTLED_FRACTION counts toward no verdict where the hardware slowed it or its SM "
+          "clock lost more than scenarios.segment.MAX_CLOCK_LOSS"),
     _diag("gpu_throttle_hw_slowdown", "ratio", "share of the window's readings with NVML's HW slowdown (clocks halved "
           "or worse: heat, power brake or a power supply alarm)"),
     _diag("gpu_throttle_hw_thermal_slowdown", "ratio", "share of the window's readings with NVML's HW thermal "

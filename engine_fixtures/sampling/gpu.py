@@ -67,6 +67,7 @@ class GpuSampler(TickedWindow):
         self._util: list[float] = []
         self._mem: list[float] = []
         self._clock: list[float] = []
+        self._max_sm: float | None = None
         self._power: list[float] = []
         self._proc_mem: dict[str, float] = {}
         self._nvml_pids: set[int] = set()
@@ -97,6 +98,7 @@ class GpuSampler(TickedWindow):
         with contextlib.ExitStack() as stack:
             stack.enter_context(nvml_session())
             self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in self.indices]
+            self._max_sm = self._max_sm_clock()
             self._exit = stack.pop_all()
         self._ticker.start()
         return self
@@ -159,6 +161,16 @@ class GpuSampler(TickedWindow):
         if self._pids_fn is not None:
             self._record_proc_mem(per_pid)
 
+    def _max_sm_clock(self) -> float | None:
+        """The listed GPUs' mean maximum SM clock (MHz), what a window's clock is compared with; None (said once)
+        where NVML does not report it."""
+        try:
+            return float(np.mean([pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM) for h in self._handles]))
+        except pynvml.NVMLError_NotSupported:
+            self._unreported("maximum SM clock", self.indices[0], "gpu.sm_clock_max_mhz",
+                             "; a window slowed by the power cap is refused whatever clock it kept")
+            return None
+
     def _clock_events(self, handle: object) -> int:
         """The clock-event reason mask, through the older name where the binding or the driver lacks the newer."""
         read = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
@@ -198,6 +210,8 @@ class GpuSampler(TickedWindow):
         out = {"gpu.util.mean": float(self.util.between(t0, t1, "GPU utilisation").mean()),
                "gpu.sm_clock_mhz.mean": float(self.sm_clock.between(t0, t1, "GPU SM clock").mean()),
                "gpu.mem_clock_mhz.mean": float(self.mem_clock.between(t0, t1, "GPU memory clock").mean())}
+        if self._max_sm is not None:
+            out["gpu.sm_clock_max_mhz"] = self._max_sm
         if self._power_ok:
             out["gpu.power_w.mean"] = float(self.power.between(t0, t1, "GPU power").mean())
         if self._temp_ok:

@@ -26,10 +26,12 @@ Values per window (``window_values``):
   value (``notes=`` gets the reason once per segment).
 
 **A throttled window is refused** (``throttle_refusal``): where the GPU was slowed in more than
-``MAX_THROTTLED_FRACTION`` of the window's readings, the window keeps only its GPU telemetry (what it was refused
-for), so none of its judged values counts toward a verdict, a figure or a pool; its timeline span says why, and the
-runner counts and names it among the run's findings. The other windows of the visit stay. Where that leaves a block
-without a window of an arm, the existing rule for a short block applies: the block gives its contrasts no effect
+``MAX_THROTTLED_FRACTION`` of the window's readings, by the hardware (clocks halved) or by the driver at a cost of
+more than ``MAX_CLOCK_LOSS`` of its maximum SM clock (``gpu_sm_clock_max_mhz``; unknown: refused), the window keeps
+only its GPU telemetry (what it was refused for), so none of its judged values counts toward a verdict, a figure or
+a pool; its timeline span says why, and the runner counts and names it among the run's findings. The other windows
+of the visit stay. Where that leaves a block without a window of an arm, the existing rule for a short block
+applies: the block gives its contrasts no effect
 (``judge.blocks.labelled_effects``), an instance group with no usable block none either (``unit_means``), a contrast
 left with too few effects is ``inconclusive`` (``judge.decide.MIN_BLOCKS``), and the stopping rule measures more
 blocks while a cell is open, up to the budget; a figure point left with no window is a ``MeasurementError``; an arm
@@ -94,6 +96,8 @@ CLIENT_BOUND_ATTEMPTS = 3
 # few percent of clock, more under a hardware slowdown, which halves it), which is the size of the effects the
 # contrasts resolve: a window above it would carry the GPU's state into the verdict.
 MAX_THROTTLED_FRACTION = 0.05
+MAX_CLOCK_LOSS = 0.05  # a slowdown the driver manages refuses a window only where it cost more SM clock than this
+HARDWARE = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")  # clocks halved: always refused
 MAX_LOOP_LAG_P99_MS = 10.0
 # Roles whose CPU is judged: SGLang's own serving processes. Helpers (multiprocessing's resource tracker,
 # "other") are shown as cores only.
@@ -228,17 +232,30 @@ def window_values(seg: Segment, samplers: SamplerSet, t0: float, t1: float) -> d
     return values
 
 
+def clock_loss(values: Mapping[str, float]) -> float | None:
+    """How far the window's mean SM clock stayed below the GPU's maximum (a fraction), None where unknown."""
+    clock, top = values.get("gpu_sm_clock_mhz_mean"), values.get("gpu_sm_clock_max_mhz")
+    return max(0.0, 1.0 - clock / top) if clock is not None and top else None
+
+
 def throttle_refusal(values: Mapping[str, float]) -> str | None:
-    """Why the window with ``values`` is refused (the GPU slowed by heat or power in more than
-    ``MAX_THROTTLED_FRACTION`` of its readings, naming each reason's share), or None: kept, or NVML did not report
-    the reasons."""
+    """Why the window with ``values`` is refused, or None: kept, or NVML did not report the reasons. Refused: the
+    GPU slowed by heat or power in more than ``MAX_THROTTLED_FRACTION`` of its readings, naming each reason's share,
+    unless only the driver slowed it (power cap, SW thermal) and the window's SM clock stayed within
+    ``MAX_CLOCK_LOSS`` of the GPU's maximum: an H200 whose driver asserts its power cap at half its power limit
+    holds 1953 of 1980 MHz (H200 2026-12-04), which is not a slowed measurement."""
     slowed = values.get("gpu_throttled_fraction")
     if slowed is None or slowed <= MAX_THROTTLED_FRACTION:
         return None
     shares = {name: values.get(f"gpu_throttle_{name}", 0.0) for name in REASONS}
+    loss = clock_loss(values)
+    hardware = max(shares[name] for name in HARDWARE)
+    if hardware <= MAX_THROTTLED_FRACTION and loss is not None and loss <= MAX_CLOCK_LOSS:
+        return None
     reasons = ", ".join(f"{name} {share:.0%}" for name, share in shares.items() if share > 0)
+    lost = f"; its SM clock {loss:.1%} below the maximum" if loss is not None else ""
     return (f"the GPU was slowed by heat or power in {slowed:.0%} of its readings ({reasons}), more than "
-            f"{MAX_THROTTLED_FRACTION:.0%}")
+            f"{MAX_THROTTLED_FRACTION:.0%}{lost}")
 
 
 def segment_values(seg: Segment, before: ArmProof | None, after: ArmProof | None) -> dict[str, float]:

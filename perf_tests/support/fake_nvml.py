@@ -42,8 +42,9 @@ class FakeNvml:
                pynvml.nvmlClocksEventReasonHwThermalSlowdown | pynvml.nvmlClocksEventReasonSwThermalSlowdown))
 
     def __init__(self, switch_after: int, power: bool = True, temperature: bool = True, events: bool = True,
-                 binding: str = "new") -> None:
+                 binding: str = "new", max_clock: bool = True) -> None:
         self.switch_after = switch_after
+        self.max_clock = max_clock
         self.power = power
         self.temperature = temperature
         self.events = events
@@ -79,6 +80,12 @@ class FakeNvml:
 
     def nvmlDeviceGetClockInfo(self, h: int, kind: int) -> int:
         return int(self.SM[self._phase()][h] if kind == pynvml.NVML_CLOCK_SM else self.MEM[self._phase()])
+
+    def nvmlDeviceGetMaxClockInfo(self, h: int, kind: int) -> int:
+        assert kind == pynvml.NVML_CLOCK_SM
+        if not self.max_clock:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return 1980
 
     def nvmlDeviceGetPowerUsage(self, h: int) -> int:
         if not self.power:

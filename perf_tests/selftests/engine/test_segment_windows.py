@@ -121,9 +121,11 @@ class FixedGpu:
     clock-event reasons."""
 
     def __init__(self, power_cap: float = 0.0, hw: float = 0.0, slowed: float | None = None,
-                 events: bool = True) -> None:
-        self.state = {"gpu.util.mean": 55.0, "gpu.sm_clock_mhz.mean": 1755.0, "gpu.mem_clock_mhz.mean": 3201.0,
+                 events: bool = True, clock: float = 1755.0, max_clock: float | None = None) -> None:
+        self.state = {"gpu.util.mean": 55.0, "gpu.sm_clock_mhz.mean": clock, "gpu.mem_clock_mhz.mean": 3201.0,
                       "gpu.power_w.mean": 420.0, "gpu.temp_c.mean": 71.0, "gpu.temp_c.max": 74.0}
+        if max_clock is not None:
+            self.state["gpu.sm_clock_max_mhz"] = max_clock
         if events:
             self.state |= {f"gpu.throttle.{name}": 0.0 for name in REASONS}
             self.state |= {"gpu.throttle.sw_power_cap": power_cap, "gpu.throttle.hw_slowdown": hw,
@@ -161,6 +163,22 @@ def test_a_throttled_window_keeps_only_its_gpu_telemetry_and_says_why() -> None:
     assert "requests_per_s" not in w
     assert "gpu_util_mean" not in w  # judged where the GPU is the bottleneck
     assert not [name for name in w if metric(name).judged or not name.startswith("gpu_")]
+
+
+def test_a_power_cap_that_kept_the_clock_within_five_percent_of_its_maximum_keeps_the_window() -> None:
+    """The H200 of 2026-12-04 asserted its power cap in 87 % of the readings at 349 of 700 W, holding 1953 of
+    1980 MHz: refusing those windows refused every window of the host."""
+    kept = gpu_window(FixedGpu(power_cap=0.87, clock=1953.5, max_clock=1980.0))
+    assert throttle_refusal(kept) is None
+    assert kept["requests_per_s"] > 0
+    assert kept["gpu_throttle_sw_power_cap"] == 0.87  # still said, as a report-only row
+    assert kept["gpu_sm_clock_max_mhz"] == 1980.0
+    capped = gpu_window(FixedGpu(power_cap=0.87, clock=1755.0, max_clock=1980.0))  # 11 % of the clock lost
+    assert throttle_refusal(capped) == ("the GPU was slowed by heat or power in 87% of its readings (sw_power_cap "
+                                        "87%), more than 5%; its SM clock 11.4% below the maximum")
+    assert "requests_per_s" not in capped
+    halved = gpu_window(FixedGpu(hw=0.1, clock=1953.5, max_clock=1980.0))  # the hardware: refused, whatever clock
+    assert throttle_refusal(halved) is not None
 
 
 def test_a_window_without_clock_event_reasons_cannot_be_refused() -> None:

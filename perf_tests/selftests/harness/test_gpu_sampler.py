@@ -87,8 +87,18 @@ def test_gpu_clocks_and_power_are_cut_per_window(monkeypatch: pytest.MonkeyPatch
     assert first["gpu.util.mean"] == second["gpu.util.mean"] == pytest.approx(40.0)
     assert gpu.summary()["gpu.mem_clock_mhz.mean"] == pytest.approx((4 * 3201.0 + (len(times) - 4) * 2619.0)
                                                                      / len(times))
-    for name in ("gpu_sm_clock_mhz_mean", "gpu_mem_clock_mhz_mean", "gpu_power_w_mean"):
+    assert first["gpu.sm_clock_max_mhz"] == second["gpu.sm_clock_max_mhz"] == 1980.0  # read once, NVML's maximum
+    for name in ("gpu_sm_clock_mhz_mean", "gpu_mem_clock_mhz_mean", "gpu_power_w_mean", "gpu_sm_clock_max_mhz"):
         assert not metric(name).judged  # telemetry: report-only rows, never a gate
+
+
+def test_an_unreported_maximum_clock_gives_no_number_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_nvml(monkeypatch, FakeNvml(switch_after=100, max_clock=False))
+    gpu = GpuSampler([0, 1], interval_s=0.01)
+    with gpu:
+        hold(gpu, 3)
+    assert "gpu.sm_clock_max_mhz" not in gpu.cut(gpu.util.times[0], gpu.util.times[-1] + 1.0)
+    assert "refused whatever clock it kept" in gpu.unreported["maximum SM clock"]
 
 
 def test_gpu_power_is_absent_where_nvml_does_not_report_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -140,7 +150,7 @@ def test_every_gpu_window_value_is_registered_report_only_telemetry(monkeypatch:
     with gpu:
         hold(gpu, 3)
     cut = gpu.cut(gpu.util.times[0], gpu.util.times[-1] + 1.0)
-    assert len(cut) == 3 + 1 + 2 + len(REASONS) + 1  # util, clocks; power; temperature; reasons; throttled
+    assert len(cut) == 3 + 1 + 1 + 2 + len(REASONS) + 1  # util, clocks, max clock, power, temps, reasons, any
     for key in cut:
         name = key.replace(".", "_")  # as the segment names a window's values (scenarios.segment)
         assert metric(name).judged == (name == "gpu_util_mean"), name  # telemetry: report-only rows, never a gate

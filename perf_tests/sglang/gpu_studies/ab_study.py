@@ -141,8 +141,11 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: in
             first_light_s = time.monotonic() - t0 - start_s
             t_once = time.monotonic()
             if sizes and not spin:
-                cal = windows_of(live[REFERENCE], 2)
-                tpot = sum(w["tpot_gmean_ms"] for w in cal) / len(cal)
+                cal = [w["tpot_gmean_ms"] for w in windows_of(live[REFERENCE], 2) if "tpot_gmean_ms" in w]
+                if not cal:
+                    raise SystemExit("both calibration windows were refused (the GPU slowed: "
+                                     "scenarios.segment.throttle_refusal), so the patch cannot be sized")
+                tpot = sum(cal) / len(cal)
                 spin.extend(tpot * s / 100.0 for s in sizes)
                 report["reference_tpot_ms"], report["spin_ms"] = tpot, list(spin)
             if live_check and "live_check" not in report:
