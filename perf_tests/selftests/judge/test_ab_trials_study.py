@@ -64,7 +64,14 @@ def test_fewer_blocks_are_judged_from_the_first_blocks_and_cost_less() -> None:
     assert parts["engine_start_s"] == pytest.approx(32.0)
     assert parts["window_s"] == pytest.approx(3.6)
     assert ab_minutes(parts, 3, 2) < ab_minutes(parts, 3, 6)
-    assert ab_minutes(parts, 3, 2) == pytest.approx(3 * (64 + 4 * 3.6) / 60)
+    assert ab_minutes(parts, 3, 2) == pytest.approx(3 * (64 + 4 * 3.6) / 60)  # two starts, two arms' windows
+
+
+def test_a_mirrored_block_of_two_windows_per_arm_is_cut_whole() -> None:
+    report = study(random.Random(7), groups=2, blocks=8, size=10.0)
+    report["blocks_per_group"] = 4  # eight windows per arm: two per mirrored block (an order and its reverse)
+    assert {len(ws) for g in group_windows(report, 1) for ws in g.values()} == {2}
+    assert {len(ws) for g in group_windows(report) for ws in g.values()} == {8}
 
 
 def test_calls_are_read_together_and_a_cut_group_is_left_out(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -43,14 +43,25 @@ Groups = list[dict[str, list[dict[str, float]]]]  # per instance group: arm -> i
 
 
 def group_windows(report: Mapping[str, Any], blocks: int | None = None) -> Groups:
-    """Every instance group's windows per arm in time order (window k of an arm is its block k), the first
-    ``blocks`` of them where given; a group some arm of which has no window (a call cut short) is left out."""
+    """Every instance group's windows per arm in time order, those of its first ``blocks`` mirrored blocks where
+    given (a mirrored block serves each arm twice, in an order and its reverse: ``judge.blocks``); a group some arm
+    of which has no window (a call cut short) is left out."""
     per: dict[int, dict[str, list[tuple[float, dict[str, float]]]]] = {}
     for w in report["windows"]:
         per.setdefault(w["group"], {}).setdefault(w.get("own_arm", w["arm"]), []).append((w["t_s"], w["values"]))
     arms = 1 + len(report["sizes"])
-    return [{arm: [v for _t, v in sorted(ws, key=lambda x: x[0])][:blocks] for arm, ws in per[g].items()}
+    keep = None if blocks is None else blocks * windows_per_block(report)
+    return [{arm: [v for _t, v in sorted(ws, key=lambda x: x[0])][:keep] for arm, ws in per[g].items()}
             for g in sorted(per) if len(per[g]) == arms]
+
+
+def windows_per_block(report: Mapping[str, Any]) -> int:
+    """Windows of one arm in one mirrored block, as logged: an arm's most windows in a group over the blocks."""
+    counts: dict[tuple[int, str], int] = {}
+    for w in report["windows"]:
+        key = (w["group"], w.get("own_arm", w["arm"]))
+        counts[key] = counts.get(key, 0) + 1
+    return max(1, max(counts.values(), default=0) // report["blocks_per_group"])
 
 
 def trial_windows(groups: Groups) -> tuple[ArmWindows, list[int]]:
@@ -115,9 +126,9 @@ def costs(report: Mapping[str, Any]) -> dict[str, float]:
             "window_s": statistics.median(per_window) if per_window else math.nan}
 
 
-def ab_minutes(parts: Mapping[str, float], pairs: int, blocks: int) -> float:
-    """A production A/B's wall time at its first look: per pair two starts and two arms' windows per block."""
-    return pairs * (2 * parts["engine_start_s"] + 2 * blocks * parts["window_s"]) / 60.0
+def ab_minutes(parts: Mapping[str, float], pairs: int, windows: int) -> float:
+    """A production A/B's wall time at its first look: per pair two starts and two arms' ``windows`` windows."""
+    return pairs * (2 * parts["engine_start_s"] + 2 * windows * parts["window_s"]) / 60.0
 
 
 def live_check(report: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -141,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for blocks in [None, *(int(b) for b in args.blocks.split(",") if b)]:
         trials = judge_trials(report, args.pairs, blocks)
         b = blocks or report["blocks_per_group"]
-        minutes = ab_minutes(parts, args.pairs, b)
+        minutes = ab_minutes(parts, args.pairs, b * windows_per_block(report))
         found["by_blocks"][str(b)] = {"trials": trials, "ab_minutes": minutes}
         spin = [statistics.fmean(g["spin_ms"][i] for g in report["groups"] if g.get("spin_ms"))
                 for i in range(len(report["sizes"]))]
