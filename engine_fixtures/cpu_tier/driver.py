@@ -22,7 +22,6 @@ SGLang's ``sgl_shm_mm_``) segment or a POSIX semaphore that one of the rig's pro
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -36,7 +35,7 @@ from engine_fixtures.inject import Injection
 from engine_fixtures.isolation import owner
 from engine_fixtures.isolation.cgroups import PREFIX
 from engine_fixtures.isolation.leaks import Leaks, LeakSnapshot, semaphore_files
-from engine_fixtures.judge.blocks import block_effect
+from engine_fixtures.judge.blocks import ratios_by_block
 from engine_fixtures.judge.blocks import rounds as mirrored_rounds
 from engine_fixtures.judge.metrics import REL_PREFIX
 from engine_fixtures.judge.sequential import Budget, measure_until_decided
@@ -127,9 +126,10 @@ def _results(arms: Sequence[CpuTierArm], rigs: list[Rig], windows: list[list[dic
         measured = ws[warmup:]
         samples = {n: tuple(w[n] for w in measured) for n in measured[0]}
         if ctrl is not None and arm != control:
-            for name in REL_METRICS:  # the round's effect against the control, as a ratio
-                samples[REL_PREFIX + name] = tuple(math.exp(block_effect(name, [c[name]], [w[name]]))
-                                                   for w, c in zip(measured, ctrl, strict=True))
+            rounds = range(len(measured))  # each round the arm against the control, as a ratio
+            for name in REL_METRICS:
+                samples[REL_PREFIX + name] = ratios_by_block(name, [c[name] for c in ctrl], rounds,
+                                                             [w[name] for w in measured], rounds)
         stages = rig.stage_ms[warmup:] or rig.stage_ms
         impl, spin_ms = injection.for_arm(arm.copy)
         meta = {"decode_ms_median": median(s[0] for s in stages), "shm_create_ms_median": median(s[1] for s in stages),

@@ -144,3 +144,12 @@ def labelled_effects(m: Metric | str, reference: Sequence[float], reference_bloc
         if e is not None and math.isfinite(e):
             out.append((b, e))
     return out
+
+
+def ratios_by_block(m: Metric | str, reference: Sequence[float], reference_blocks: Sequence[int],
+                    candidate: Sequence[float], candidate_blocks: Sequence[int]) -> tuple[float, ...]:
+    """Per block both sides measured, the candidate over the reference as a ratio (a log-scale metric's ``rel.*``
+    sample: the arm against the control in the same block, which travels between runs and hosts)."""
+    if (m if isinstance(m, Metric) else metric(m)).scale.name != "log":
+        raise ValueError(f"a ratio needs a log-scale metric, not {m}")
+    return tuple(math.exp(e) for _, e in labelled_effects(m, reference, reference_blocks, candidate, candidate_blocks))

@@ -17,6 +17,14 @@ units (``judge.paired.judge_contrast``). A group without contrasts (one launch m
 judged against this host's pool. A contrast that a released SGLang is known to break is declared on its test with
 ``known_regression(...)``. ``CounterBound`` is an exact count of one arm against a limit.
 
+A live group may name a **control** arm (``Group.control``): it is served in every block, and every other arm served
+in every block also carries ``rel.<m>`` samples for ``REL_METRICS``: per block, the arm over the control measured in
+it (``judge.blocks.ratios_by_block``). Levels carry the host's state at the time of the run (H200 2026-12-04: runs
+minutes apart differed by 9 % in req/s and 13 % in TTFT while engines alive together agreed within 3-4 %); the
+ratio does not, so where it is measured it gates against its own pool instead of the level (``judge.gating``), as the
+CPU tier's ``rel.*`` rows do. The control's own levels are still judged against its pool: they are the only rows that
+see a change common to every arm.
+
 The CPU tier declares its invariants with the same ``Contrast`` (one metric each, judged per round).
 """
 
@@ -50,6 +58,7 @@ REPORTED_WHY: Mapping[str, str] = {
                      "CPU-side slowdown that idles the GPU shows in req/s and TTFT, which gate",
 }
 REPORTED: tuple[str, ...] = tuple(REPORTED_WHY)
+REL_METRICS = ("requests_per_s", "ttft_p50_ms", "tpot_gmean_ms")  # a live arm's ratios over its group's control
 QUOTA_THREADS = "quota"  # Arm.threads: the arm's CPU quota in whole cores (at least 1), resolved when it is applied
 # The roles whose CPU an axis changes (SGLang's processes by title): the copy and its threads run in the
 # tokenizer manager (the HTTP server process), the IPC cache opens handles in the scheduler.
@@ -199,11 +208,16 @@ class Group:
     arms: tuple[Arm, ...] = ()
     contrasts: tuple[Contrast, ...] = field(default=())
     ab: bool = False
+    control: str | None = None  # a live arm the others are also measured against, per block (``rel.*``)
 
     def __post_init__(self) -> None:
         names = [a.name for a in self.arms]
         if not names or len(set(names)) != len(names):
             raise ConfigError(f"group {self.id}: needs arms with distinct names, got {names}")
+        if self.control is not None and (self.control not in names or self.arms[0].launch is not None
+                                         or self.arm(self.control).blocks is not None):
+            raise ConfigError(f"group {self.id}: control {self.control!r} must be one of its live arms served in every "
+                              f"block (arms: {', '.join(names)})")
         if len(names) < 2 and self.contrasts:
             raise ConfigError(f"group {self.id}: a contrast needs two arms")
         for c in self.contrasts:
@@ -273,10 +287,11 @@ class Group:
         """The arms of ``names`` served in ``block``: a measured row only in its first ``blocks``; an arm of contrasts
         only while one of them is open (``open_labels``: the labels of the contrasts still undecided at the last look;
         None before the first look), so an arm whose known regression is already flagged, or whose contrasts are
-        decided, stops costing blocks. An arm in no contrast (a pool-only arm) is served in every block."""
+        decided, stops costing blocks. An arm in no contrast (a pool-only arm) and the control are served in every
+        block."""
         needed = None if open_labels is None else {
             n for c in self.contrasts if c.label in open_labels for n in (c.reference, c.candidate)}
-        contrasted = {n for c in self.contrasts for n in (c.reference, c.candidate)}
+        contrasted = {n for c in self.contrasts for n in (c.reference, c.candidate)} - {self.control}
         return [n for n in names if ((b := self.arm(n).blocks) is None or block < b)
                 and (needed is None or n not in contrasted or n in needed)]
 
@@ -295,6 +310,13 @@ class Group:
     @property
     def peak_concurrency(self) -> int:
         return max(a.scenario(self.engine).concurrency for a in self.arms)  # type: ignore[arg-type]
+
+    @property
+    def rel_arms(self) -> tuple[str, ...]:
+        """The arms measured against the control (``rel.*``): every other arm served in every block."""
+        if self.control is None:
+            return ()
+        return tuple(a.name for a in self.arms if a.name != self.control and a.blocks is None)
 
     def scenario_of(self, arm: Arm) -> EngineScenario:
         return arm.scenario(self.engine)  # type: ignore[arg-type]

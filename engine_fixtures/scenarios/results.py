@@ -8,6 +8,9 @@ its samples came from (``RunResult.windows_of``), and ``refused_windows``: each 
 (``scenarios.segment.throttle_refusal``) with why; ``run_meta`` adds how the group was measured (blocks, their order and
 unit, looks, the per-look alpha the verdicts used, the requests behind each window).
 
+``control_ratios(group, name, windows)``: an arm's ``rel.*`` samples over the group's control (``Group.control``),
+per block both measured; ``arm_result`` records them beside the levels, with the control's name.
+
 ``budget_of(group, settings)``: ``(Budget, blocks per unit)``. Mirrored blocks on one engine: ``--perf-repeats``
 before the first look, then at most one more look after as many again (``live_budget``); fresh instance groups of
 ``--perf-ab-blocks`` blocks for separate launches (``group_budget``); a launch measured alone against its pool: a
@@ -27,11 +30,13 @@ import numpy as np
 
 from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.engine.spec import EngineSpec
+from engine_fixtures.judge.blocks import ratios_by_block
 from engine_fixtures.judge.decide import MIN_BLOCKS
+from engine_fixtures.judge.metrics import REL_PREFIX
 from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.options import Settings
-from engine_fixtures.scenarios.blocks_run import VISIT_KEY, GroupRun
-from engine_fixtures.scenarios.group import Arm, Group
+from engine_fixtures.scenarios.blocks_run import VISIT_KEY, ArmWindows, GroupRun
+from engine_fixtures.scenarios.group import REL_METRICS, Arm, Group
 from engine_fixtures.scenarios.segment import throttle_refusal
 from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.store.results import BLOCK_KEY, SAMPLE_WINDOWS_KEY, RunResult
@@ -89,9 +94,25 @@ def run_meta(group: Group, arm: Arm, run: GroupRun, per_unit: int, requests: Seq
             "blocks_per_instance": per_unit, GROUP_KEY: unit, "budget_instance_groups": run.budget_units}
 
 
+def control_ratios(group: Group, name: str, windows: ArmWindows) -> dict[str, tuple[float, ...]]:
+    """Arm ``name``'s ``rel.<m>`` samples over the group's control, one per block both measured (none for the
+    control itself, an arm of measured rows, or a group without a control)."""
+    if name not in group.rel_arms:
+        return {}
+    own, control = windows[name], windows[group.control]  # type: ignore[index]
+    out = {}
+    for m in REL_METRICS:
+        ref = [(w[m], b) for b, w in control if m in w]
+        cand = [(w[m], b) for b, w in own if m in w]
+        ratios = ratios_by_block(m, *zip(*ref, strict=True), *zip(*cand, strict=True)) if ref and cand else ()
+        if ratios:
+            out[REL_PREFIX + m] = ratios
+    return out
+
+
 def arm_result(group: Group, arm: Arm, spec: EngineSpec, cores: float | None, engine: EngineHandle,
                windows: list[dict[str, float]], settings: Settings, extra: Mapping[str, Any], timeline: Timeline,
-               instances: Sequence[str]) -> RunResult:
+               instances: Sequence[str], ratios: Mapping[str, tuple[float, ...]] | None = None) -> RunResult:
     names = sorted({k for w in windows for k in w})
     samples = {n: tuple(w[n] for w in windows if n in w) for n in names}
     sparse = {n: [i for i, w in enumerate(windows) if n in w] for n in names if len(samples[n]) < len(windows)}
@@ -106,6 +127,9 @@ def arm_result(group: Group, arm: Arm, spec: EngineSpec, cores: float | None, en
             "cpus": list(engine.spec.cpus) if engine.spec.cpus else None,
             "role_cpus": engine.spec.role_cpus.describe() if engine.spec.role_cpus else None, **extra,
             "timeline": timeline.to_json()}
+    if ratios:
+        samples.update(ratios)  # per block, not per window: never in sample_windows
+        meta["control"] = group.control
     axes = engine.spec.arm if arm.launch is not None else {**spec.with_(cpu_quota=cores).arm,
                                                            **live_axes(group, arm, spec)}
     return RunResult(group.key(spec, arm, cores), dict(axes), samples, metadata=meta)

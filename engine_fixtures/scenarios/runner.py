@@ -48,7 +48,14 @@ from engine_fixtures.scenarios.blocks_run import GroupRun, Judging, contrast_ver
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.group import AB_CANDIDATE, AB_REFERENCE, Arm, Group
 from engine_fixtures.scenarios.load import SessionLoad
-from engine_fixtures.scenarios.results import arm_result, budget_of, refusal_finding, run_meta, visit_warmup
+from engine_fixtures.scenarios.results import (
+    arm_result,
+    budget_of,
+    control_ratios,
+    refusal_finding,
+    run_meta,
+    visit_warmup,
+)
 from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.store.null_history import NullHistory, null_entry, shape_key
@@ -218,7 +225,7 @@ class GroupRunner:
             if group.contrasts or group.row_blocks is not None:
                 return open_cells(group, windows, block_unit, replace(judging, alpha=alpha))
             return open_cells_of(pools={name: self.env.pool_verdicts(self._result(
-                group, name, windows[name], live, specs, served, timeline, {"alpha_per_look": alpha}))
+                group, name, windows, live, specs, served, timeline, {"alpha_per_look": alpha}))
                 for name in windows})
 
         if not group.separate:
@@ -228,7 +235,7 @@ class GroupRunner:
         run = measure(group, budget, visit, undecided, start=start if group.separate else None,
                       blocks_per_unit=per_unit)
         meta = self._meta(group, run, per_unit, requests)
-        results = {a.name: self._result(group, a.name, run.windows[a.name], live, specs, served, timeline, meta[a.name])
+        results = {a.name: self._result(group, a.name, run.windows, live, specs, served, timeline, meta[a.name])
                    for a in group.arms}
         pools = {name: self.env.pool_verdicts(r) for name, r in results.items()}
         judging = replace(judging, alpha=run.alpha_per_look, budget=run.budget_units)  # the verdicts' own, once
@@ -263,8 +270,9 @@ class GroupRunner:
         spec = specs[name]
         cores = self.settings.cpu_quota.applied(arm.cores(spec.cpu_quota)) if group.live else spec.cpu_quota
         engine = live.get(name)
-        return arm_result(group, arm, spec, cores, engine, [w for _, w in windows], self.settings, meta,
-                          timeline, served[name][:len(windows)])
+        own = windows[name]
+        return arm_result(group, arm, spec, cores, engine, [w for _, w in own], self.settings, meta,
+                          timeline, served[name][:len(own)], control_ratios(group, name, windows))
 
     def _profile(self, measured: Measured, live: Mapping[str, EngineHandle],
                  switch: Callable[[Arm], EngineHandle] | None, workloads: Mapping[str, WorkloadSpec]) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """One engine, many arms, end to end through pytest with the stub engine in place of SGLang: the copy arms are
 switched live on one stub engine (its stand-in ShmPointerMMData; the torch copy made 25 ms slower by the stub), every
-visit is proved, the contrasts decide the right way in one run with no pool, and each arm's windows are kept with
-their blocks and per-request records."""
+visit is proved, the contrasts decide the right way in one run with no pool, each arm's windows are kept with
+their blocks and per-request records, and the arm measured against the group's control carries its ratios."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ GROUP = Group("stub", EngineScenario("stub", concurrency=2, output_tokens=8, lau
               arms=(Arm("buffer", copy="buffer"), Arm("torch", copy="torch"),
                     Arm("buffer-c1", copy="buffer", concurrency=1, blocks=2)),
               contrasts=(Contrast("buffer >= torch", "torch", "buffer", metrics=METRICS),
-                         Contrast("torch >= buffer", "buffer", "torch", metrics=METRICS)))
+                         Contrast("torch >= buffer", "buffer", "torch", metrics=METRICS)), control="buffer")
 FIGURE = SeedFigure("stub-c", "stub throughput against concurrency", "requests_per_s",
                     (Point("buffer", 1, GROUP, "buffer-c1", 1.0), Point("buffer", 2, GROUP, "buffer", 2.0)),
                     (Shape("buffer scales from C=1 to C=2", ("buffer", 2), ("buffer", 1), 1.2),))
@@ -86,6 +86,14 @@ def test_live_arms_on_one_stub_engine_decide_in_one_run(pytester: pytest.Pyteste
         assert meta["requests"][0]["rows"]  # the requests behind a window, kept for any later estimator
     assert arms["torch"]["scenario"] != arms["buffer"]["scenario"]
     assert "copy=torch" in arms["torch"]["scenario"]
+    # the control: torch also carries its ratio over buffer, one per block both measured; buffer and the row do not
+    torch = arms["torch"]
+    assert torch["metadata"]["control"] == "buffer"
+    ratios = torch["samples"]["rel.requests_per_s"]
+    assert len(ratios) == len(set(torch["metadata"]["window_block"]))
+    assert sum(ratios) / len(ratios) < 1.0  # the stub's torch copy is 25 ms slower per request
+    assert {"rel.ttft_p50_ms", "rel.tpot_gmean_ms"} <= set(torch["samples"])
+    assert not [n for n in (*arms["buffer"]["samples"], *c1["samples"]) if n.startswith("rel.")]
 
 
 def test_a_visit_whose_proof_disagrees_is_an_error(pytester: pytest.Pytester, tmp_path: Path) -> None:

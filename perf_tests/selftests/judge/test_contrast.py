@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from engine_fixtures.errors import ConfigError
-from engine_fixtures.judge.blocks import block_effect, effects_by_block, mirrored, near_order, plan, visits
+from engine_fixtures.judge.blocks import (
+    block_effect,
+    effects_by_block,
+    mirrored,
+    near_order,
+    plan,
+    ratios_by_block,
+    visits,
+)
 from engine_fixtures.judge.decide import ALPHA, FAMILY_ALPHA, decide_contrast, gate_alpha, q
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.paired import GROUP_CEILING_FACTOR, judge_contrast
@@ -19,6 +27,7 @@ from engine_fixtures.judge.simulate import contrast_outcomes
 from engine_fixtures.scenarios.blocks_run import Judging, contrast_verdicts, measure
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.group import Arm, Contrast, Group
+from engine_fixtures.scenarios.results import control_ratios
 from engine_fixtures.scenarios.segment import throttle_refusal
 
 
@@ -261,6 +270,28 @@ def test_an_arm_stops_being_served_once_no_open_contrast_needs_it() -> None:
     # "b >= a" flagged (decided): a is needed by no open contrast; b still is; the pool-only arm always is
     assert group.order(names, 3, {label_of("b >= c: requests_per_s")}) == ["b", "c", "pool"]
     assert group.order(names, 3, set()) == ["pool"]
+
+
+def test_the_control_is_served_in_every_block_and_the_others_carry_their_ratio_to_it() -> None:
+    engine = EngineScenario("g", transport="cpu", concurrency=16)
+    group = Group("g", engine, arms=(Arm("a"), Arm("b", copy="buffer"), Arm("row", copy="torch", blocks=2)),
+                  contrasts=(Contrast("a >= b", "b", "a"),), control="b")
+    assert group.order(["a", "b", "row"], 3, set()) == ["b"]  # its contrast decided: the control is still served
+    assert group.rel_arms == ("a",)  # not the control, not a measured row
+    windows = {"a": [(0, {"requests_per_s": 18.0, "tpot_gmean_ms": 5.5}), (1, {"requests_per_s": 9.0}),
+                     (2, {"requests_per_s": 20.0})],
+               "b": [(0, {"requests_per_s": 20.0, "tpot_gmean_ms": 5.0}), (1, {"requests_per_s": 10.0})],
+               "row": [(0, {"requests_per_s": 19.0})]}
+    ratios = control_ratios(group, "a", windows)
+    assert ratios["rel.requests_per_s"] == pytest.approx((0.9, 0.9))  # block 2 has no control window: no ratio
+    assert ratios["rel.tpot_gmean_ms"] == pytest.approx((1.1,))
+    assert "rel.ttft_p50_ms" not in ratios  # measured by neither: no row, never a 1.0
+    assert control_ratios(group, "b", windows) == control_ratios(group, "row", windows) == {}
+    for bad in ("nope", "row"):
+        with pytest.raises(ConfigError, match="control"):
+            Group("g", engine, arms=group.arms, control=bad)
+    with pytest.raises(ValueError, match="log-scale"):
+        ratios_by_block("achieved_concurrency", [1.0], [0], [1.0], [0])
 
 
 def test_near_order_serves_each_contrasts_arms_as_neighbours() -> None:
