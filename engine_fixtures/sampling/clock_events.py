@@ -34,6 +34,7 @@ SLOWING: tuple[tuple[str, int], ...] = (
     ("sw_power_cap", _bit("SwPowerCap")),
 )
 REASONS: tuple[str, ...] = tuple(name for name, _ in SLOWING)
+HARDWARE: tuple[str, ...] = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")  # clocks halved
 
 
 def slowing(mask: int) -> tuple[str, ...]:

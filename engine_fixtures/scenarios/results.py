@@ -102,9 +102,10 @@ def control_ratios(group: Group, name: str, windows: ArmWindows) -> dict[str, tu
     own, control = windows[name], windows[group.control]  # type: ignore[index]
     out = {}
     for m in REL_METRICS:
-        ref = [(w[m], b) for b, w in control if m in w]
-        cand = [(w[m], b) for b, w in own if m in w]
-        ratios = ratios_by_block(m, *zip(*ref, strict=True), *zip(*cand, strict=True)) if ref and cand else ()
+        ref = [(b, w[m]) for b, w in control if m in w]
+        cand = [(b, w[m]) for b, w in own if m in w]
+        ratios = ratios_by_block(m, [v for _, v in ref], [b for b, _ in ref], [v for _, v in cand],
+                                 [b for b, _ in cand])
         if ratios:
             out[REL_PREFIX + m] = ratios
     return out

@@ -31,13 +31,12 @@ more than ``MAX_CLOCK_LOSS`` of its maximum SM clock (``gpu_sm_clock_max_mhz``; 
 only its GPU telemetry (what it was refused for), so none of its judged values counts toward a verdict, a figure or
 a pool; its timeline span says why, and the runner counts and names it among the run's findings. The other windows
 of the visit stay. Where that leaves a block without a window of an arm, the existing rule for a short block
-applies: the block gives its contrasts no effect
-(``judge.blocks.labelled_effects``), an instance group with no usable block none either (``unit_means``), a contrast
-left with too few effects is ``inconclusive`` (``judge.decide.MIN_BLOCKS``), and the stopping rule measures more
-blocks while a cell is open, up to the budget; a figure point left with no window is a ``MeasurementError``; an arm
-judged against its pool is judged on the windows left (one left with none says its row lost the metric). The
-segment's judged per-segment values (below) span the slowed window too, so a segment with a refused window gives none
-of them.
+applies: the block gives its contrasts no effect (``judge.blocks.labelled_effects``), an instance group with no
+usable block none either (``unit_means``), a contrast left with too few effects is ``inconclusive``
+(``judge.decide.MIN_BLOCKS``), and the stopping rule measures more blocks while a cell is open, up to the budget; a
+figure point left with no window is a ``MeasurementError``; an arm judged against its pool is judged on the windows
+left (one left with none says its row lost the metric). The segment's judged per-segment values (below) span the
+slowed window too, so a segment with a refused window gives none of them.
 
 Values per segment (``segment_values``), read once around it and put on its FIRST window only, never copied into the
 others: the visit (one segment) is their unit, so a copy per window would count one reading as several:
@@ -83,7 +82,7 @@ from engine_fixtures.loadgen.stream import LoadStream, Segment
 from engine_fixtures.loadgen.workload import WorkloadSpec
 from engine_fixtures.sampling.base import SamplerSet
 from engine_fixtures.sampling.cgroup import CgroupSampler
-from engine_fixtures.sampling.clock_events import REASONS
+from engine_fixtures.sampling.clock_events import HARDWARE, REASONS
 from engine_fixtures.sampling.cpu import CpuSampler
 from engine_fixtures.sampling.gpu import GpuSampler
 from engine_fixtures.scenarios.timeline import Timeline
@@ -97,7 +96,6 @@ CLIENT_BOUND_ATTEMPTS = 3
 # contrasts resolve: a window above it would carry the GPU's state into the verdict.
 MAX_THROTTLED_FRACTION = 0.05
 MAX_CLOCK_LOSS = 0.05  # a slowdown the driver manages refuses a window only where it cost more SM clock than this
-HARDWARE = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")  # clocks halved: always refused
 MAX_LOOP_LAG_P99_MS = 10.0
 # Roles whose CPU is judged: SGLang's own serving processes. Helpers (multiprocessing's resource tracker,
 # "other") are shown as cores only.

@@ -52,6 +52,7 @@ from engine_fixtures.engine.group import start_group
 from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.isolation.cgroups import configure_parent
 from engine_fixtures.isolation.pinning import cpu_split, role_placement
+from engine_fixtures.judge.blocks import ratios_by_block
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.loadgen.stream import LoadStream
@@ -161,14 +162,17 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: in
         def live_size(engine: EngineHandle, ms: float, blocks: int) -> dict:
             """The patch's realised TPOT effect on one live engine, before any A/B relies on it: ``blocks``
             mirrored pairs of one window without and one with it (the order alternates, so a drift cancels)."""
-            ratios = []
+            tpot: dict[bool, list[tuple[int, float]]] = {False: [], True: []}
             for b in range(blocks):
-                tpot = {}
                 for on in ((False, True) if b % 2 == 0 else (True, False)):
                     engine.set_patch({patch: ms if on else 0.0})
-                    tpot[on] = windows_of(engine, 1)[0]["tpot_gmean_ms"]
-                ratios.append(math.log(tpot[True] / tpot[False]))
-            return {"ms": ms, "log_ratios": ratios, "realised": math.expm1(sum(ratios) / len(ratios))}
+                    tpot[on] += [(b, w["tpot_gmean_ms"]) for w in windows_of(engine, 1) if "tpot_gmean_ms" in w]
+            ratios = ratios_by_block("tpot_gmean_ms", [v for _, v in tpot[False]], [b for b, _ in tpot[False]],
+                                     [v for _, v in tpot[True]], [b for b, _ in tpot[True]])
+            if not ratios:
+                raise SystemExit("the live check kept no pair of windows (refused: scenarios.segment.throttle_refusal)")
+            logs = [math.log(r) for r in ratios]
+            return {"ms": ms, "log_ratios": logs, "realised": math.expm1(sum(logs) / len(logs))}
 
         def windows_of(engine: EngineHandle, n: int, requests: list | None = None) -> list[dict[str, float]]:
             plan = SegmentPlan(scenario.workload(), n, settings.window_s, settings.warmup_s, settings.sample_hz)
