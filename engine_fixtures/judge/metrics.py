@@ -172,7 +172,7 @@ _ALL: tuple[Metric, ...] = (
           "ran over the segment, from their own count of every batch (the SGLang plugin on Scheduler.run_batch); one "
           "value per segment, on its first window"),
     # GPU telemetry (NVML, mean over the window and the arm's GPUs): report-only, the suite never locks clocks or
-    # changes any GPU setting. A window the GPU was slowed in is refused (scenarios.segment.MAX_THROTTLED_FRACTION).
+    # changes any GPU setting. A window the GPU was slowed in is refused (scenarios.refusal.MAX_THROTTLED_FRACTION).
     _diag("gpu_sm_clock_mhz_mean", "MHz", "mean GPU SM clock over the window"),
     _diag("gpu_sm_clock_max_mhz", "MHz", "the GPU's maximum SM clock (NVML): what the window's SM clock lost to a "
           "power cap or heat is measured against"),
@@ -182,8 +182,8 @@ _ALL: tuple[Metric, ...] = (
     _diag("gpu_temp_c_max", "C", "the hottest GPU temperature reading in the window"),
     _diag("gpu_throttled_fraction", "ratio", "share of the window's readings in which any GPU was slowed by heat or "
           "power (NVML's clock-event reasons: the five gpu_throttle_* below); a window above "
-          "scenarios.segment.MAX_THROTTLED_FRACTION counts toward no verdict where the hardware slowed it or its SM "
-          "clock lost more than scenarios.segment.MAX_CLOCK_LOSS"),
+          "scenarios.refusal.MAX_THROTTLED_FRACTION counts toward no verdict where the hardware slowed it or its SM "
+          "clock lost more than scenarios.refusal.MAX_CLOCK_LOSS"),
     _diag("gpu_throttle_hw_slowdown", "ratio", "share of the window's readings with NVML's HW slowdown (clocks halved "
           "or worse: heat, power brake or a power supply alarm)"),
     _diag("gpu_throttle_hw_thermal_slowdown", "ratio", "share of the window's readings with NVML's HW thermal "
@@ -194,6 +194,14 @@ _ALL: tuple[Metric, ...] = (
           "slowdown (the driver holding the GPU under its temperature limit)"),
     _diag("gpu_throttle_sw_power_cap", "ratio", "share of the window's readings with NVML's SW power cap (the driver "
           "holding the board under its power limit)"),
+    # The host's CPU state (sampling.host), report-only: a window the hypervisor stole from is refused
+    # (scenarios.refusal.MAX_STEAL_FRACTION).
+    _diag("host_steal_fraction", "ratio", "share of the host CPUs' time in the window that the hypervisor gave to "
+          "something else (steal, /proc/stat); a window above scenarios.refusal.MAX_STEAL_FRACTION counts toward no "
+          "verdict"),
+    _diag("host_probe_cpu_ms", "ms", "median CPU time of a fixed unit of pure-Python work run every 0.5 s in the "
+          "test process: the speed of the host's vCPU (its clock, a busy sibling thread)"),
+    _diag("host_probe_wall_ms", "ms", "median wall time of the same probes: adds what preemption and steal took"),
 )
 
 METRICS: Mapping[str, Metric] = MappingProxyType({m.name: m for m in _ALL})

@@ -5,7 +5,7 @@ for every arm. Its metadata carries the arm's ``timeline`` (``scenarios.timeline
 completed requests per window, ``window_instance``: the engine instance that served each window, and
 ``sample_windows``: for each metric not in every window (the per-segment values, ``scenarios.segment``), the windows
 its samples came from (``RunResult.windows_of``), and ``refused_windows``: each window refused for a throttled GPU
-(``scenarios.segment.throttle_refusal``) with why; ``run_meta`` adds how the group was measured (blocks, their order and
+(``scenarios.refusal.window_refusal``) with why; ``run_meta`` adds how the group was measured (blocks, their order and
 unit, looks, the per-look alpha the verdicts used, the requests behind each window).
 
 ``control_ratios(group, name, windows)``: an arm's ``rel.*`` samples over the group's control (``Group.control``),
@@ -37,7 +37,7 @@ from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.options import Settings
 from engine_fixtures.scenarios.blocks_run import VISIT_KEY, ArmWindows, GroupRun
 from engine_fixtures.scenarios.group import REL_METRICS, Arm, Group
-from engine_fixtures.scenarios.segment import throttle_refusal
+from engine_fixtures.scenarios.refusal import window_refusal
 from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.store.results import BLOCK_KEY, SAMPLE_WINDOWS_KEY, RunResult
 
@@ -156,8 +156,8 @@ def live_axes(group: Group, arm: Arm, launch: EngineSpec) -> dict[str, str]:
 
 
 def refused(windows: Sequence[Mapping[str, float]]) -> dict[int, str]:
-    """Each refused window's index among ``windows`` and why (``scenarios.segment.throttle_refusal``)."""
-    return {i: why for i, w in enumerate(windows) if (why := throttle_refusal(w)) is not None}
+    """Each refused window's index among ``windows`` and why (``scenarios.refusal.window_refusal``)."""
+    return {i: why for i, w in enumerate(windows) if (why := window_refusal(w)) is not None}
 
 
 def refusal_finding(what: str, windows: Sequence[Mapping[str, float]], first: int = 0) -> str | None:
@@ -167,5 +167,5 @@ def refusal_finding(what: str, windows: Sequence[Mapping[str, float]], first: in
     if not found:
         return None
     which = "; ".join(f"window {first + i + 1}: {why}" for i, why in found.items())
-    return (f"{what}: {len(found)} of {len(windows)} window(s) of a visit refused, the GPU throttled ({which}); they "
+    return (f"{what}: {len(found)} of {len(windows)} window(s) of a visit refused ({which}); they "
             "count toward no verdict (a block left without a window of an arm gives its contrasts no effect)")

@@ -25,18 +25,20 @@ Values per window (``window_values``):
   of ``sampling.clock_events``) and for any of them (``gpu_throttled_fraction``). A field NVML does not report has no
   value (``notes=`` gets the reason once per segment).
 
-**A throttled window is refused** (``throttle_refusal``): where the GPU was slowed in more than
-``MAX_THROTTLED_FRACTION`` of the window's readings, by the hardware (clocks halved) or by the driver at a cost of
-more than ``MAX_CLOCK_LOSS`` of its maximum SM clock (``gpu_sm_clock_max_mhz``; unknown: refused), the window keeps
-only its GPU telemetry (what it was refused for), so none of its judged values counts toward a verdict, a figure or
-a pool; its timeline span says why, and the runner counts and names it among the run's findings. The other windows
+- the host's CPU state, report-only (``sampling.host``): ``host_steal_fraction`` (the hypervisor's steal time over
+  the CPUs' time), ``host_probe_cpu_ms`` and ``host_probe_wall_ms`` (a fixed CPU probe's median CPU and wall time).
+
+**A window is refused** where the GPU was slowed by heat or power or the host's hypervisor stole its CPUs
+(``scenarios.refusal.window_refusal``, which says the rules): it keeps only its GPU and host telemetry (what it was
+refused for), so none of its judged values counts toward a verdict, a figure or a pool; its timeline span says why,
+and the runner counts and names it among the run's findings. The other windows
 of the visit stay. Where that leaves a block without a window of an arm, the existing rule for a short block
 applies: the block gives its contrasts no effect (``judge.blocks.labelled_effects``), an instance group with no
 usable block none either (``unit_means``), a contrast left with too few effects is ``inconclusive``
 (``judge.decide.MIN_BLOCKS``), and the stopping rule measures more blocks while a cell is open, up to the budget; a
 figure point left with no window is a ``MeasurementError``; an arm judged against its pool is judged on the windows
 left (one left with none says its row lost the metric). The segment's judged per-segment values (below) span the
-slowed window too, so a segment with a refused window gives none of them.
+refused window too, so a segment with a refused window gives none of them.
 
 Values per segment (``segment_values``), read once around it and put on its FIRST window only, never copied into the
 others: the visit (one segment) is their unit, so a copy per window would count one reading as several:
@@ -82,20 +84,13 @@ from engine_fixtures.loadgen.stream import LoadStream, Segment
 from engine_fixtures.loadgen.workload import WorkloadSpec
 from engine_fixtures.sampling.base import SamplerSet
 from engine_fixtures.sampling.cgroup import CgroupSampler
-from engine_fixtures.sampling.clock_events import HARDWARE, REASONS
 from engine_fixtures.sampling.cpu import CpuSampler
 from engine_fixtures.sampling.gpu import GpuSampler
+from engine_fixtures.sampling.host import PROBE_INTERVAL_S, HostSampler
+from engine_fixtures.scenarios.refusal import telemetry_only, window_refusal
 from engine_fixtures.scenarios.timeline import Timeline
 
 CLIENT_BOUND_ATTEMPTS = 3
-# A window in which the GPU was slowed by heat or power (any of NVML's slowing clock-event reasons, on any of the
-# arm's GPUs) in more than this share of its readings is refused. The reasons are read as instants, ten times a
-# second: over a 3 s window one reading is 3.3 %, so one stray reading is tolerated and a second refuses the window.
-# A slowdown for 5 % of a window costs at most about that much of its speed (less under the power cap, which trims a
-# few percent of clock, more under a hardware slowdown, which halves it), which is the size of the effects the
-# contrasts resolve: a window above it would carry the GPU's state into the verdict.
-MAX_THROTTLED_FRACTION = 0.05
-MAX_CLOCK_LOSS = 0.05  # a slowdown the driver manages refuses a window only where it cost more SM clock than this
 MAX_LOOP_LAG_P99_MS = 10.0
 # Roles whose CPU is judged: SGLang's own serving processes. Helpers (multiprocessing's resource tracker,
 # "other") are shown as cores only.
@@ -153,7 +148,8 @@ def measure_segment(engine: EngineHandle, stream: LoadStream, plan: SegmentPlan,
         gpu = GpuSampler(engine.spec.gpus, engine.pids, interval)
         cgroup = [] if engine.quota is None else [CgroupSampler.for_quota(engine.quota, interval_s=interval)]
         try:
-            with SamplerSet([cpu, gpu, *cgroup]) as samplers:
+            with SamplerSet([cpu, gpu, HostSampler(probe_interval_s=min(PROBE_INTERVAL_S, plan.window_s / 4)),
+                             *cgroup]) as samplers:
                 seg = stream.segment(engine.url, plan.workload, plan.warmup_s, plan.windows * plan.window_s)
         except Exception as exc:
             _engine_died_under(engine, exc)
@@ -171,10 +167,10 @@ def measure_segment(engine: EngineHandle, stream: LoadStream, plan: SegmentPlan,
                 t0 = seg.measure_at + k * plan.window_s
                 t1 = t0 + plan.window_s
                 out.append(window_values(seg, samplers, t0, t1))
-                why = throttle_refusal(out[-1])
+                why = window_refusal(out[-1])
                 timeline.add("window", f"window {k + 1}" + (f" refused: {why}" if why else ""), t0, t1, instance)
             per_segment = segment_values(seg, first, last)
-            if any(throttle_refusal(w) for w in out):  # they span the slowed window too
+            if any(window_refusal(w) for w in out):  # they span the refused window too
                 per_segment = {k: v for k, v in per_segment.items() if not metric(k).judged}
             out[0].update(per_segment)
             if notes is not None:
@@ -225,35 +221,9 @@ def window_values(seg: Segment, samplers: SamplerSet, t0: float, t1: float) -> d
         values["throttled_ratio"] = cut["cgroup.throttled_ratio"]
     # GPU utilisation and the GPU's telemetry (report-only): gpu.util.mean -> gpu_util_mean, gpu.temp_c.max -> ...
     values.update({key.replace(".", "_"): value for key, value in cut.items() if key.startswith("gpu.")})
-    if throttle_refusal(values) is not None:
-        return {k: v for k, v in values.items() if k.startswith("gpu_") and not metric(k).judged}
-    return values
-
-
-def clock_loss(values: Mapping[str, float]) -> float | None:
-    """How far the window's mean SM clock stayed below the GPU's maximum (a fraction), None where unknown."""
-    clock, top = values.get("gpu_sm_clock_mhz_mean"), values.get("gpu_sm_clock_max_mhz")
-    return max(0.0, 1.0 - clock / top) if clock is not None and top else None
-
-
-def throttle_refusal(values: Mapping[str, float]) -> str | None:
-    """Why the window with ``values`` is refused, or None: kept, or NVML did not report the reasons. Refused: the
-    GPU slowed by heat or power in more than ``MAX_THROTTLED_FRACTION`` of its readings, naming each reason's share,
-    unless only the driver slowed it (power cap, SW thermal) and the window's SM clock stayed within
-    ``MAX_CLOCK_LOSS`` of the GPU's maximum: an H200 whose driver asserts its power cap at half its power limit
-    holds 1953 of 1980 MHz (H200 2026-12-04), which is not a slowed measurement."""
-    slowed = values.get("gpu_throttled_fraction")
-    if slowed is None or slowed <= MAX_THROTTLED_FRACTION:
-        return None
-    shares = {name: values.get(f"gpu_throttle_{name}", 0.0) for name in REASONS}
-    loss = clock_loss(values)
-    hardware = max(shares[name] for name in HARDWARE)
-    if hardware <= MAX_THROTTLED_FRACTION and loss is not None and loss <= MAX_CLOCK_LOSS:
-        return None
-    reasons = ", ".join(f"{name} {share:.0%}" for name, share in shares.items() if share > 0)
-    lost = f"; its SM clock {loss:.1%} below the maximum" if loss is not None else ""
-    return (f"the GPU was slowed by heat or power in {slowed:.0%} of its readings ({reasons}), more than "
-            f"{MAX_THROTTLED_FRACTION:.0%}{lost}")
+    # The host's CPU state (report-only): steal time and the fixed probe, host.x -> host_x.
+    values.update({key.replace(".", "_"): value for key, value in cut.items() if key.startswith("host.")})
+    return telemetry_only(values) if window_refusal(values) is not None else values
 
 
 def segment_values(seg: Segment, before: ArmProof | None, after: ArmProof | None) -> dict[str, float]:

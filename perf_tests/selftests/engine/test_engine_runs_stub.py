@@ -185,7 +185,7 @@ def test_a_window_the_gpu_was_throttled_in_counts_toward_no_verdict_and_is_a_fin
         assert refusals == []
         assert spans == ["window 1", "window 2"] * 2
         return
-    assert all(name.startswith("gpu_") or name in ("running_requests_mean", "client_loop_lag_p99_ms")
+    assert all(name.startswith(("gpu_", "host_")) or name in ("running_requests_mean", "client_loop_lag_p99_ms")
                for name in judged[-1]), judged[-1]  # nothing judged reached the pool judge
     assert not {"gpu_util_mean", "running_requests_max"} & set(result.samples)
     assert result.samples["gpu_throttle_sw_power_cap"] == (1.0,) * 4
@@ -194,7 +194,7 @@ def test_a_window_the_gpu_was_throttled_in_counts_toward_no_verdict_and_is_a_fin
     assert result.metadata[REFUSED_KEY] == dict.fromkeys(("0", "1", "2", "3"), why)
     assert spans == [f"window {k} refused: {why}" for k in (1, 2)] * 2
     engine = factory.live()[0]
-    assert refusals == [f"stub/stub on {engine.instance}: 2 of 2 window(s) of a visit refused, the GPU throttled "
+    assert refusals == [f"stub/stub on {engine.instance}: 2 of 2 window(s) of a visit refused "
                         f"(window {first}: {why}; window {first + 1}: {why}); they count toward no verdict (a block "
                         "left without a window of an arm gives its contrasts no effect)" for first in (1, 3)]
 

@@ -14,14 +14,14 @@ from engine_fixtures.judge.metrics import metric
 from engine_fixtures.loadgen.stream import Segment
 from engine_fixtures.sampling.clock_events import REASONS
 from engine_fixtures.scenarios.results import refusal_finding, refused
-from engine_fixtures.scenarios.segment import (
+from engine_fixtures.scenarios.refusal import (
+    MAX_STEAL_FRACTION,
     MAX_THROTTLED_FRACTION,
-    REQUEST_COLUMNS,
-    stored_window,
+    steal_refusal,
     throttle_refusal,
-    window_requests,
-    window_values,
+    window_refusal,
 )
+from engine_fixtures.scenarios.segment import REQUEST_COLUMNS, stored_window, window_requests, window_values
 from perf_tests.support.lockstep import closed_loop, segment_of
 
 C, PERIOD, WINDOW = 16, 0.65, 3.0
@@ -193,8 +193,41 @@ def test_a_visit_with_refused_windows_is_a_finding_counting_and_naming_them() ->
     assert refused([kept, slowed, kept]) == {1: throttle_refusal(slowed)}
     assert refusal_finding("cpu/stock on stub-1", [kept, kept]) is None
     line = refusal_finding("cpu/stock on stub-1", [kept, slowed, slowed], first=4)
-    assert line == ("cpu/stock on stub-1: 2 of 3 window(s) of a visit refused, the GPU throttled (window 6: the GPU "
+    assert line == ("cpu/stock on stub-1: 2 of 3 window(s) of a visit refused (window 6: the GPU "
                     "was slowed by heat or power in 50% of its readings (sw_power_cap 50%), more than 5%; window 7: "
                     "the GPU was slowed by heat or power in 50% of its readings (sw_power_cap 50%), more than 5%); "
                     "they count toward no verdict (a block left without a window of an arm gives its contrasts no "
                     "effect)")
+
+
+class FixedHost:
+    """The cut a host sampler would give: steal over the window and the probe's times."""
+
+    def __init__(self, steal: float) -> None:
+        self.steal = steal
+
+    def cut(self, t0: float, t1: float) -> dict[str, float]:
+        return {"host.steal_fraction": self.steal, "host.probe_cpu_ms": 1.1, "host.probe_wall_ms": 1.3}
+
+
+def host_window(steal: float) -> dict[str, float]:
+    seg = lockstep_segment(20.0)
+    samplers = SimpleNamespace(active=(FixedCpu(), FixedGpu(), FixedHost(steal)))
+    return window_values(seg, samplers, seg.measure_at, seg.measure_at + WINDOW)  # type: ignore[arg-type]
+
+
+def test_the_hosts_steal_and_probe_are_report_only_rows_of_every_window() -> None:
+    w = host_window(0.01)
+    assert (w["host_steal_fraction"], w["host_probe_cpu_ms"], w["host_probe_wall_ms"]) == (0.01, 1.1, 1.3)
+    assert window_refusal(w) is None and w["requests_per_s"] > 0
+    assert not metric("host_steal_fraction").judged and not metric("host_probe_cpu_ms").judged
+
+
+def test_a_window_the_hypervisor_stole_from_keeps_only_its_telemetry_and_says_why() -> None:
+    w = host_window(MAX_STEAL_FRACTION + 0.07)
+    assert steal_refusal(w) == window_refusal(w) == ("the hypervisor stole 12.0% of the host's CPU time in it, more "
+                                                     "than 5% (sampling.host)")
+    assert "requests_per_s" not in w and "ttft_p50_ms" not in w
+    assert w["host_probe_cpu_ms"] == 1.1 and w["gpu_sm_clock_mhz_mean"] == 1755.0  # what it was refused for stays
+    assert refusal_finding("ab/x/reference@1 on e-1", [w]).startswith(
+        "ab/x/reference@1 on e-1: 1 of 1 window(s) of a visit refused (window 1: the hypervisor stole 12.0%")

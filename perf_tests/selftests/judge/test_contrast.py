@@ -28,7 +28,7 @@ from engine_fixtures.scenarios.blocks_run import Judging, contrast_verdicts, mea
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.group import Arm, Contrast, Group
 from engine_fixtures.scenarios.results import control_ratios
-from engine_fixtures.scenarios.segment import throttle_refusal
+from engine_fixtures.scenarios.refusal import throttle_refusal
 
 
 def test_a_block_is_a_palindrome_so_a_linear_drift_cancels() -> None:

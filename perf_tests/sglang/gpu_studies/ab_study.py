@@ -145,7 +145,7 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: in
                 cal = [w["tpot_gmean_ms"] for w in windows_of(live[REFERENCE], 2) if "tpot_gmean_ms" in w]
                 if not cal:
                     raise SystemExit("both calibration windows were refused (the GPU slowed: "
-                                     "scenarios.segment.throttle_refusal), so the patch cannot be sized")
+                                     "scenarios.refusal.window_refusal), so the patch cannot be sized")
                 tpot = sum(cal) / len(cal)
                 spin.extend(tpot * s / 100.0 for s in sizes)
                 report["reference_tpot_ms"], report["spin_ms"] = tpot, list(spin)
@@ -170,7 +170,7 @@ def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: in
             ratios = ratios_by_block("tpot_gmean_ms", [v for _, v in tpot[False]], [b for b, _ in tpot[False]],
                                      [v for _, v in tpot[True]], [b for b, _ in tpot[True]])
             if not ratios:
-                raise SystemExit("the live check kept no pair of windows (refused: scenarios.segment.throttle_refusal)")
+                raise SystemExit("the live check kept no pair of windows (refused: scenarios.refusal.window_refusal)")
             logs = [math.log(r) for r in ratios]
             return {"ms": ms, "log_ratios": logs, "realised": math.expm1(sum(logs) / len(logs))}
 
