@@ -96,12 +96,16 @@ OPTIONS: tuple[Option, ...] = (
            "the tests marked ab run with it (the others judge one build and skip, saying so).", parse_reference,
            None, "BUILD"),
     Option("ab_instances", "A group of engines (an A/B against --perf-reference, the transport group): fresh "
-           "instance groups (engine pairs) to measure before the first look; the group is the unit of every "
-           "verdict, so the offset between two starts of one build (TPOT 3%, TTFT 5% on the 4B shape) is inside "
-           "the interval, with this host's A/A history pooled into the variance where null A/B runs recorded one.",
-           parse_positive_int, 3, "N"),
+           "instance groups to measure before the first look; the group is the unit of every verdict, so the offset "
+           "between two starts of one build is inside the interval, with this host's A/A history and the run's own "
+           "same-build pairs pooled into the variance.", parse_positive_int, 1, "N"),
     Option("ab_max_instances", "A group of engines: the most fresh instance groups while a verdict is undecided "
            "(default: twice --perf-ab-instances).", parse_positive_int, None, "N"),
+    Option("ab_replicas", "A group of engines: engines of each build (launch) alive together in every instance "
+           "group, served in the same mirrored blocks. Two or more give every run same-build pairs: null units "
+           "pooled into its verdict and added to this host's A/A history, so the history grows with every A/B "
+           "(engines alive together agree within 2-4 %, runs minutes apart differ by 9-13 %: H200 2026-12-04).",
+           parse_positive_int, 2, "N"),
     Option("candidate", "The build judged in A/B mode (--perf-reference): 'installed' (default) or any "
            "--perf-reference form, e.g. patch:slow-decode=0.4 to prove the gate with a known slowdown (patches: "
            "slow-decode, MS ms of GPU time before every decode step, which the overlapped scheduler cannot hide; "
@@ -118,8 +122,8 @@ OPTIONS: tuple[Option, ...] = (
            "engine instance's first segment); the warm-up then lasts until every request sent in it, and the first "
            "wave, has completed, so the first window starts after the last of them. A live arm's visit warms up for "
            "its first wave only (the engine is warm and drained at its switch).", parse_nonnegative_float, 1.0, "S"),
-    Option("ab_blocks", "A group of engines: mirrored blocks (A B B A) measured on each fresh instance group.",
-           parse_positive_int, 2, "N"),
+    Option("ab_blocks", "A group of engines: mirrored blocks (A B C D D C B A over its engines) measured on each "
+           "fresh instance group.", parse_positive_int, 4, "N"),
     Option("engine_cpus", "CPUs for the engines, disjoint from the load client's: 'auto' pins on machines with 8 or "
            "more visible CPUs (the client gets the last quarter, at least 2, unless --perf-client-cpus names them), "
            "'off' pins nothing, or a list such as 0-11.", parse_cpus_setting, "auto", "auto|off|LIST"),
@@ -276,12 +280,13 @@ class Settings:
     floor: float | None = None
     reference: EngineBuild | None = None  # parsed at start-up: a typo stops the run before any engine starts
     candidate: EngineBuild = EngineBuild()  # noqa: RUF009 (frozen: one shared instance is safe)
-    ab_instances: int = 3
+    ab_instances: int = 1
     ab_max_instances: int | None = None
+    ab_replicas: int = 2
     inject: Injection | None = None
     window_s: float = 3.0
     warmup_s: float = 1.0
-    ab_blocks: int = 2
+    ab_blocks: int = 4
     engine_cpus: tuple[int, ...] | str = "auto"
     role_cpus: str = "off"
     scale: str = "smoke"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from engine_fixtures.judge import sequential
 from engine_fixtures.judge.blocks import labelled_effects, near_order, plan, unit_means
@@ -29,11 +30,12 @@ from engine_fixtures.judge.paired import judge_contrast
 from engine_fixtures.judge.rows import as_diagnostic
 from engine_fixtures.judge.sequential import Budget, Progress, measure_until_decided
 from engine_fixtures.judge.verdicts import Verdict
-from engine_fixtures.scenarios.group import REPORTED_WHY, Arm, Contrast, Group
+from engine_fixtures.scenarios.group import REPORTED_WHY, Contrast, Group
+from engine_fixtures.scenarios.nulls import judged_null
 
 Window = tuple[int, dict[str, float]]  # (block index, the window's values)
 ArmWindows = Mapping[str, Sequence[Window]]
-Visit = Callable[[Arm, int, int], list[dict[str, float]]]  # (arm, windows, unit) -> the windows' values
+Visit = Callable[[str, int, int], list[dict[str, float]]]  # (member, windows, unit) -> the windows' values
 Undecided = Callable[[ArmWindows, Sequence[int], float], Sequence[str]]
 NullFor = Callable[[str], NullSample | None]  # metric -> this host's null units, if any
 VISIT_KEY = "window_visit"  # RunResult.metadata: [visit number, window number in that visit] of each window
@@ -41,9 +43,9 @@ VISIT_KEY = "window_visit"  # RunResult.metadata: [visit number, window number i
 
 @dataclass(frozen=True)
 class GroupRun:
-    order: tuple[tuple[str, ...], ...]  # the arms of each block, in the order served (then reversed)
-    windows: Mapping[str, tuple[Window, ...]]
-    visits: Mapping[str, tuple[tuple[int, int], ...]]  # per arm window: (visit number, window number in the visit)
+    order: tuple[tuple[str, ...], ...]  # the members of each block, in the order served (then reversed)
+    windows: Mapping[str, tuple[Window, ...]]  # per member (an arm, or one replica of it: Group.members)
+    visits: Mapping[str, tuple[tuple[int, int], ...]]  # per member window: (visit number, window number in the visit)
     block_unit: tuple[int, ...]  # the unit of each block: the block itself, or its instance group
     progress: Progress
     alpha_per_look: float
@@ -62,10 +64,10 @@ def measure(group: Group, budget: Budget, visit: Visit, undecided: Undecided, *,
             start: Callable[[int], None] | None = None, blocks_per_unit: int = 1,
             rng: random.Random | None = None) -> GroupRun:
     rng = rng or random.Random()
-    order = [a.name for a in group.arms]
+    order = list(group.members)
     rng.shuffle(order)  # no arm always goes first
-    windows: dict[str, list[Window]] = {a.name: [] for a in group.arms}
-    seen: dict[str, list[tuple[int, int]]] = {a.name: [] for a in group.arms}
+    windows: dict[str, list[Window]] = {m: [] for m in order}
+    seen: dict[str, list[tuple[int, int]]] = {m: [] for m in order}
     served: list[tuple[str, ...]] = []
     block_unit: list[int] = []
     looked: list[set[str]] = []  # the contrasts open at each look: an arm none of them needs is not served
@@ -74,15 +76,15 @@ def measure(group: Group, budget: Budget, visit: Visit, undecided: Undecided, *,
     def serve(block: int) -> list[str]:
         open_labels = looked[-1] if looked else None
         names = near_order(group.order(order, block, open_labels),
-                           [(c.reference, c.candidate) for c in group.contrasts
-                            if open_labels is None or c.label in open_labels])
+                           [p for c in group.contrasts if open_labels is None or c.label in open_labels
+                            for p in group.member_pairs(c.reference, c.candidate)])
         served.append(tuple(names))
         return names
 
     def serve_blocks(n: int, units: list[int]) -> None:
         """``n`` more blocks, consecutive windows of one arm in one visit (``... B A | A B ...``: A once)."""
         for arm, blocks in plan(serve, len(block_unit), n):
-            values = visit(group.arm(arm), len(blocks), units[blocks[0] - len(block_unit)])
+            values = visit(arm, len(blocks), units[blocks[0] - len(block_unit)])
             windows[arm].extend(zip(blocks, values, strict=True))
             seen[arm].extend((visits[0], i) for i in range(len(blocks)))
             visits[0] += 1
@@ -106,6 +108,16 @@ def measure(group: Group, budget: Budget, visit: Visit, undecided: Undecided, *,
     progress = measure_until_decided(budget, measure_units, look)
     return GroupRun(tuple(served), {k: tuple(v) for k, v in windows.items()}, {k: tuple(v) for k, v in seen.items()},
                     tuple(block_unit), progress, budget.alpha_per_look(), budget.maximum)
+
+
+def arm_windows(group: Group, windows: ArmWindows, arm: str, *columns: Mapping[str, Sequence[Any]]
+                ) -> tuple[tuple[Window, ...], ...]:
+    """Arm ``arm``'s windows over its members (``Group.members_of``: its replicas, or itself), in block order (within
+    a block, member by member), and each of ``columns`` (per member, one entry per window: the engine that served
+    it, its requests, its visit) in that same order."""
+    members = group.members_of(arm)
+    keys = sorted(((b, k, i) for k, m in enumerate(members) for i, (b, _) in enumerate(windows[m])))
+    return tuple(tuple(col[members[k]][i] for _, k, i in keys) for col in (windows, *columns))
 
 
 def metric_blocks(windows: Sequence[Window], name: str) -> tuple[list[float], list[int]]:
@@ -140,7 +152,8 @@ def contrast_verdicts(group: Group, contrast: Contrast, windows: ArmWindows, blo
                       judging: Judging) -> list[Verdict]:
     """One verdict row per metric family of ``contrast`` that both arms measured (GPU utilisation only where NVML
     saw the GPU, a role's CPU only where the role ran); an A/B's over its launch's gating metrics."""
-    ref_w, cand_w = windows[contrast.reference], windows[contrast.candidate]
+    (ref_w,) = arm_windows(group, windows, contrast.reference)
+    (cand_w,) = arm_windows(group, windows, contrast.candidate)
     if group.ab:
         wanted: Sequence[str] = gating({k for ws in windows.values() for _, w in ws for k in w
                                         if metric(k).judged and metric(k).condition is None}, judging.ab_axes or {})
@@ -153,7 +166,7 @@ def contrast_verdicts(group: Group, contrast: Contrast, windows: ArmWindows, blo
     out = []
     for name in names:
         per_block, per_unit = unit_effects(name, ref_w, cand_w, block_unit)
-        null = judging.null_for(name) if group.separate else None
+        null = judged_null(group, judging.null_for(name), windows, block_unit, name) if group.separate else None
         units = ("engine blocks" if not group.separate else
                  "groups" if len(per_unit) >= 2 or null is not None else "pair blocks")
         v = judge_contrast(label, name, metric_blocks(ref_w, name)[0], metric_blocks(cand_w, name)[0],

@@ -36,13 +36,12 @@ from dataclasses import dataclass, field, replace
 from engine_fixtures.engine.build import EngineBuild
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError
-from engine_fixtures.loadgen.workload import IMAGE_CONTENTS
-from engine_fixtures.quota import declared_cores
+from engine_fixtures.scenarios.arm import INHERIT, QUOTA_THREADS, Arm
 from engine_fixtures.scenarios.engine import EngineScenario, graph_bucket
 from engine_fixtures.sglang_plugin import patches
-from engine_fixtures.transport.live import LiveArm
 
-INHERIT = "group"  # an arm's quota: the group's engine quota
+__all__ = ["INHERIT", "QUOTA_THREADS", "Arm", "Contrast", "CounterBound", "Group"]  # Arm lives in scenarios.arm
+
 ROLE_FAMILY = "cpu_s_per_request.<role>"
 # The families a contrast gates on, each by its window statistic with the smallest per-block spread (TPOT: the
 # geometric mean of per-request TPOT; TTFT: the median, which stayed the quietest once the warm-up ends with its
@@ -59,93 +58,11 @@ REPORTED_WHY: Mapping[str, str] = {
 }
 REPORTED: tuple[str, ...] = tuple(REPORTED_WHY)
 REL_METRICS = ("requests_per_s", "ttft_p50_ms", "tpot_gmean_ms")  # a live arm's ratios over its group's control
-QUOTA_THREADS = "quota"  # Arm.threads: the arm's CPU quota in whole cores (at least 1), resolved when it is applied
 # The roles whose CPU an axis changes (SGLang's processes by title): the copy and its threads run in the
 # tokenizer manager (the HTTP server process), the IPC cache opens handles in the scheduler.
 PATCH_ROLES: Mapping[str, str] = patches.ROLES  # the process each named patch runs in (its target's)
 AB_REFERENCE, AB_CANDIDATE = "reference", "candidate"
-
-
-@dataclass(frozen=True)
-class Arm:
-    name: str
-    copy: str = "stock"
-    ipc_cache: str = "stock"
-    threads: int | str | None = None  # None: as launched; QUOTA_THREADS: the arm's quota in whole cores
-    patches: tuple[tuple[str, float], ...] = ()
-    quota: str | float | None = INHERIT
-    # The load, switched live like the rest (the client's, never the engine's): None is the group engine's own.
-    concurrency: int | None = None
-    image_px: int | None = None
-    image_content: str | None = None  # "repeated": one image in every request (the seed's resolution figure)
-    # A measured row, not a side of a contrast: served in the first ``blocks`` blocks only (its level with an
-    # interval over those blocks); None: every block the group measures.
-    blocks: int | None = None
-    # A launch of its own (served as launched, nothing switched live), and its build (None: --perf-candidate).
-    launch: EngineScenario | None = None
-    build: EngineBuild | None = None
-
-    def __post_init__(self) -> None:
-        if not self.name or "/" in self.name:
-            raise ConfigError(f"arm name {self.name!r}: a non-empty name without '/'")
-        for what, v in (("concurrency", self.concurrency), ("image_px", self.image_px), ("blocks", self.blocks)):
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                raise ConfigError(f"arm {self.name}: {what}={v!r}, an integer >= 1 (or None)")
-        if self.blocks == 1:
-            raise ConfigError(f"arm {self.name}: blocks=1 gives a level without an interval; measure 2 or more")
-        if self.image_content is not None and self.image_content not in IMAGE_CONTENTS:
-            raise ConfigError(f"arm {self.name}: image_content={self.image_content!r}, one of "
-                              f"{', '.join(IMAGE_CONTENTS)}")
-        if isinstance(self.threads, str) and self.threads != QUOTA_THREADS:
-            raise ConfigError(f"arm {self.name}: threads={self.threads!r}: an int >= 1, None (as launched) or "
-                              f"{QUOTA_THREADS!r} (the arm's CPU quota in whole cores)")
-        if self.launch is not None and replace(self, launch=None, build=None) != Arm(self.name):
-            raise ConfigError(f"arm {self.name} is a launch of its own, served as launched: declare its copy, cache, "
-                              "quota and load on its EngineScenario, not on the arm")
-        if self.build is not None and self.launch is None:
-            raise ConfigError(f"arm {self.name}: a build is a launch; give the arm launch=EngineScenario(...)")
-        try:
-            LiveArm(self.copy, self.ipc_cache, None if self.threads == QUOTA_THREADS else self.threads,  # type: ignore[arg-type]
-                    self.patches)
-        except ValueError as exc:
-            raise ConfigError(f"arm {self.name}: {exc}") from None
-
-    def live(self) -> LiveArm:
-        if self.threads == QUOTA_THREADS:
-            raise ConfigError(f"arm {self.name}: threads={QUOTA_THREADS!r} is resolved against the applied quota "
-                              "first (Arm.resolved)")
-        return LiveArm(self.copy, self.ipc_cache, self.threads, self.patches)  # type: ignore[arg-type]
-
-    @property
-    def patch_ms(self) -> dict[str, float]:
-        """The named patches and their milliseconds (what ``LiveArm.patch_ms`` reads, without resolving the arm)."""
-        return {str(n): float(ms) for n, ms in self.patches}
-
-    def resolved(self, cores: float | None) -> Arm:
-        """This arm with ``threads=QUOTA_THREADS`` made concrete for its applied quota of ``cores``: the cap that
-        stops the idle intra-op threads from spinning the quota away is the quota's whole cores (the seed's
-        ``OMP_NUM_THREADS=8`` was below its host's quota; on the H200's 4-core quota 8 threads still spin)."""
-        if self.threads != QUOTA_THREADS:
-            return self
-        if cores is None:
-            raise ConfigError(f"arm {self.name}: threads={QUOTA_THREADS!r} needs a CPU quota, and this arm runs "
-                              "without one (--perf-cpu-quota none?); give it a number of threads instead")
-        return replace(self, threads=max(1, int(cores)))
-
-    def scenario(self, engine: EngineScenario) -> EngineScenario:
-        """The scenario this arm's windows are measured and keyed under: its own launch, or the group engine's with
-        this arm's load."""
-        if self.launch is not None:
-            return self.launch
-        load = {k: v for k, v in (("concurrency", self.concurrency), ("image_px", self.image_px),
-                                  ("image_content", self.image_content)) if v is not None}
-        return replace(engine, **load) if load else engine
-
-    def cores(self, group_quota: float | None) -> float | None:
-        """This arm's CPU quota in cores (the group's unless the arm names its own)."""
-        if self.quota == INHERIT:
-            return group_quota
-        return declared_cores(self.quota, f"arm {self.name} quota")
+REPLICA_MARK = "@"  # a member of a group of launches started more than once per instance group: "<arm>@<k>"
 
 
 @dataclass(frozen=True)
@@ -209,11 +126,19 @@ class Group:
     contrasts: tuple[Contrast, ...] = field(default=())
     ab: bool = False
     control: str | None = None  # a live arm the others are also measured against, per block (``rel.*``)
+    # Launches only: engines of each arm alive together in every instance group (``members``); two or more give
+    # every run same-launch pairs, null units for this host's A/A history (``scenarios.nulls``).
+    replicas: int = 1
 
     def __post_init__(self) -> None:
         names = [a.name for a in self.arms]
         if not names or len(set(names)) != len(names):
             raise ConfigError(f"group {self.id}: needs arms with distinct names, got {names}")
+        if any(REPLICA_MARK in n for n in names):
+            raise ConfigError(f"group {self.id}: arm names may not contain {REPLICA_MARK!r} (it marks a replica)")
+        if not isinstance(self.replicas, int) or self.replicas < 1 or (self.replicas > 1 and self.live):
+            raise ConfigError(f"group {self.id}: replicas={self.replicas!r}: an integer >= 1, and 1 for arms "
+                              "switched live on one engine (a replica is a launch of its own)")
         if self.control is not None and (self.control not in names or self.arms[0].launch is not None
                                          or self.arm(self.control).blocks is not None):
             raise ConfigError(f"group {self.id}: control {self.control!r} must be one of its live arms served in every "
@@ -284,16 +209,39 @@ class Group:
         return not self.live and len(self.arms) > 1
 
     def order(self, names: list[str], block: int, open_labels: Collection[str] | None = None) -> list[str]:
-        """The arms of ``names`` served in ``block``: a measured row only in its first ``blocks``; an arm of contrasts
-        only while one of them is open (``open_labels``: the labels of the contrasts still undecided at the last look;
-        None before the first look), so an arm whose known regression is already flagged, or whose contrasts are
-        decided, stops costing blocks. An arm in no contrast (a pool-only arm) and the control are served in every
-        block."""
+        """The members of ``names`` served in ``block``: a measured row only in its first ``blocks``; an arm of
+        contrasts only while one of them is open (``open_labels``: the labels of the contrasts still undecided at the
+        last look; None before the first look), so an arm whose known regression is already flagged, or whose
+        contrasts are decided, stops costing blocks. An arm in no contrast (a pool-only arm) and the control are
+        served in every block."""
         needed = None if open_labels is None else {
             n for c in self.contrasts if c.label in open_labels for n in (c.reference, c.candidate)}
         contrasted = {n for c in self.contrasts for n in (c.reference, c.candidate)} - {self.control}
-        return [n for n in names if ((b := self.arm(n).blocks) is None or block < b)
-                and (needed is None or n not in contrasted or n in needed)]
+        return [n for n in names if ((b := self.arm_of(n).blocks) is None or block < b)
+                and (needed is None or (arm := self.arm_of(n).name) not in contrasted or arm in needed)]
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """What the blocks serve: every arm, each ``replicas`` times (``<arm>@1``, ``<arm>@2``, ...; with one
+        replica the arm's own name)."""
+        return tuple(m for a in self.arms for m in self.members_of(a.name))
+
+    def members_of(self, arm: str) -> tuple[str, ...]:
+        if self.replicas == 1:
+            return (arm,)
+        return tuple(f"{arm}{REPLICA_MARK}{k}" for k in range(1, self.replicas + 1))
+
+    def arm_of(self, member: str) -> Arm:
+        """The arm a member serves."""
+        return self.arm(member.split(REPLICA_MARK, 1)[0])
+
+    def member_pairs(self, a: str, b: str) -> list[tuple[str, str]]:
+        """Arms ``a`` and ``b`` as pairs of members served as neighbours: their k-th replicas."""
+        return list(zip(self.members_of(a), self.members_of(b), strict=True))
+
+    def with_replicas(self, replicas: int) -> Group:
+        """A group of launches started ``replicas`` times per instance group (a live group stays as it is)."""
+        return replace(self, replicas=replicas) if self.separate else self
 
     def resolved(self, cores_of: Callable[[Arm], float | None]) -> Group:
         """The group with every arm's ``threads=QUOTA_THREADS`` made concrete (``Arm.resolved``) for the quota

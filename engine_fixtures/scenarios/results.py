@@ -35,7 +35,7 @@ from engine_fixtures.judge.decide import MIN_BLOCKS
 from engine_fixtures.judge.metrics import REL_PREFIX
 from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.options import Settings
-from engine_fixtures.scenarios.blocks_run import VISIT_KEY, ArmWindows, GroupRun
+from engine_fixtures.scenarios.blocks_run import VISIT_KEY, ArmWindows, GroupRun, arm_windows
 from engine_fixtures.scenarios.group import REL_METRICS, Arm, Group
 from engine_fixtures.scenarios.refusal import window_refusal
 from engine_fixtures.scenarios.timeline import Timeline
@@ -77,21 +77,24 @@ def visit_warmup(group: Group, settings: Settings) -> float:
     return VISIT_WARMUP_S if group.live and len(group.arms) > 1 else settings.warmup_s
 
 
-def run_meta(group: Group, arm: Arm, run: GroupRun, per_unit: int, requests: Sequence[dict[str, Any]]) -> dict:
+def run_meta(group: Group, arm: Arm, run: GroupRun, per_unit: int,
+             requests: Mapping[str, Sequence[dict[str, Any]]]) -> dict:
     """How ``arm`` was measured: its windows' blocks and visits, the group's block order, looks and alpha; a live arm's
-    group and axes, a launch's instance groups."""
-    windows = run.windows[arm.name]
+    group and axes, a launch's instance groups (and with replicas, which replica served each window)."""
+    members = {m: [m] * len(run.windows[m]) for m in group.members_of(arm.name)}
+    windows, visits, reqs, member = arm_windows(group, run.windows, arm.name, run.visits, requests, members)
     meta: dict[str, Any] = {
-        BLOCK_KEY: [b for b, _ in windows], VISIT_KEY: [list(v) for v in run.visits[arm.name]],
+        BLOCK_KEY: [b for b, _ in windows], VISIT_KEY: [list(v) for v in visits],
         "block_order": [list(o) for o in run.order], "blocks": run.blocks, "looks": run.progress.looks,
         "alpha_per_look": run.alpha_per_look, "undecided_at_budget": list(run.progress.undecided),
-        "requests": list(requests)}
+        "requests": list(reqs)}
     if group.live:
         return {**meta, "live_group": group.id, "live_arm": arm.name, "live_arm_axes": arm.live().label,
                 "budget_blocks": run.budget_units}
     unit = [run.block_unit[b] if group.separate else 0 for b, _ in windows]
     return {**meta, "group": group.id, "group_member": arm.name, "instance_groups": len(set(unit)),
-            "blocks_per_instance": per_unit, GROUP_KEY: unit, "budget_instance_groups": run.budget_units}
+            "blocks_per_instance": per_unit, GROUP_KEY: unit, "budget_instance_groups": run.budget_units,
+            "replicas": group.replicas, "window_replica": list(member)}
 
 
 def control_ratios(group: Group, name: str, windows: ArmWindows) -> dict[str, tuple[float, ...]]:

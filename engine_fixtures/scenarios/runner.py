@@ -27,6 +27,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from engine_fixtures.engine import proof as arm_proof
 from engine_fixtures.engine.build import with_patch
 from engine_fixtures.engine.factory import EngineFactory
@@ -44,10 +46,19 @@ from engine_fixtures.loadgen.workload import WorkloadSpec
 from engine_fixtures.options import Settings
 from engine_fixtures.profile.engine import ProfileSettings, explain_ab, explain_history
 from engine_fixtures.profile.report import ProfileBook
-from engine_fixtures.scenarios.blocks_run import GroupRun, Judging, contrast_verdicts, measure, open_cells, unit_effects
+from engine_fixtures.scenarios.blocks_run import (
+    ArmWindows,
+    GroupRun,
+    Judging,
+    arm_windows,
+    contrast_verdicts,
+    measure,
+    open_cells,
+)
 from engine_fixtures.scenarios.engine import EngineScenario
-from engine_fixtures.scenarios.group import AB_CANDIDATE, AB_REFERENCE, Arm, Group
+from engine_fixtures.scenarios.group import AB_CANDIDATE, AB_REFERENCE, REPLICA_MARK, Arm, Group
 from engine_fixtures.scenarios.load import SessionLoad
+from engine_fixtures.scenarios.nulls import recorded_units
 from engine_fixtures.scenarios.results import (
     arm_result,
     budget_of,
@@ -158,6 +169,7 @@ class GroupRunner:
     # ------------------------------------------------------------------ measuring
     def measure(self, group: Group) -> Measured:
         timeline = Timeline()
+        group = group.with_replicas(self.settings.ab_replicas)
         specs = {a.name: self.spec(a, group) for a in group.arms}
         workloads = {a.name: group.scenario_of(a).workload() for a in group.arms}
         for w in dict.fromkeys(workloads.values()):
@@ -166,18 +178,21 @@ class GroupRunner:
         if group.live:
             launch = specs[group.arms[0].name]
             group = group.resolved(lambda a: applied(a.cores(launch.cpu_quota)))  # thread caps
-        live: dict[str, EngineHandle] = {}
-        served: dict[str, list[str]] = {a.name: [] for a in group.arms}
-        requests: dict[str, list[dict[str, Any]]] = {a.name: [] for a in group.arms}
+        live: dict[str, EngineHandle] = {}  # per member (Group.members)
+        served: dict[str, list[str]] = {m: [] for m in group.members}
+        requests: dict[str, list[dict[str, Any]]] = {m: [] for m in group.members}
         switched: dict[str, ArmProof] = {}  # the proof of the latest switch, read with no load since
+        started: dict[int, float] = {}  # the wall time each instance group started (the A/A history's warm-up rule)
 
         def start(unit: int) -> None:
             self._stop(live, timeline, release=True)
-            names = [a.name for a in group.arms]
+            started[unit] = time.time()
+            names = list(group.members)
             random.shuffle(names)  # no launch always starts first (work directory, port, GPU memory)
-            fresh = [specs[n].with_(name=f"{specs[n].name}-{n}-g{unit}") for n in names]
+            fresh = [specs[group.arm_of(n).name].with_(
+                name=f"{specs[group.arm_of(n).name].name}-{n.replace(REPLICA_MARK, '-r')}-g{unit}") for n in names]
             for name, engine in zip(names, self._engines(fresh, timeline), strict=True):
-                self._ready(engine, group.scenario_of(group.arm(name)), timeline)
+                self._ready(engine, group.scenario_of(group.arm_of(name)), timeline)
                 live[name] = engine
 
         def switch(arm: Arm) -> EngineHandle:
@@ -192,15 +207,16 @@ class GroupRunner:
 
         unreported: set[str] = set()  # what NVML does not report, said once
 
-        def visit(arm: Arm, n: int, _unit: int) -> list[dict[str, float]]:
-            engine = switch(arm) if group.live else live[arm.name]
-            served[arm.name] += [engine.instance] * n
+        def visit(member: str, n: int, _unit: int) -> list[dict[str, float]]:
+            arm = group.arm_of(member)
+            engine = switch(arm) if group.live else live[member]
+            served[member] += [engine.instance] * n
             plan = SegmentPlan(workloads[arm.name], n, self.settings.window_s, visit_warmup(group, self.settings),
                                self.settings.sample_hz)
             notes: set[str] = set()
             if not group.live:
                 out = measure_segment(engine, self.env.load.stream, plan, timeline, engine.instance,
-                                      requests=requests[arm.name], notes=notes)
+                                      requests=requests[member], notes=notes)
             else:
                 def proved(before: ArmProof, after: ArmProof) -> None:
                     problems = arm_proof.live_arm_problems(engine.spec, arm.live(), before, after)
@@ -209,11 +225,11 @@ class GroupRunner:
                                                f"requested, so its windows are not measurements: {'; '.join(problems)}")
 
                 out = measure_segment(engine, self.env.load.stream, plan, timeline, engine.instance, check=proved,
-                                      requests=requests[arm.name], before=switched.pop("proof"), notes=notes)
+                                      requests=requests[member], before=switched.pop("proof"), notes=notes)
             for note in sorted(notes - unreported):
                 self.env.on_finding(f"GPU telemetry: {note}")
             unreported.update(notes)
-            refusal = refusal_finding(f"{group.id}/{arm.name} on {engine.instance}", out, len(served[arm.name]) - n)
+            refusal = refusal_finding(f"{group.id}/{member} on {engine.instance}", out, len(served[member]) - n)
             if refusal is not None:
                 self.env.on_finding(refusal)
             return out
@@ -224,9 +240,8 @@ class GroupRunner:
         def undecided(windows, block_unit, alpha):  # type: ignore[no-untyped-def]
             if group.contrasts or group.row_blocks is not None:
                 return open_cells(group, windows, block_unit, replace(judging, alpha=alpha))
-            return open_cells_of(pools={name: self.env.pool_verdicts(self._result(
-                group, name, windows, live, specs, served, timeline, {"alpha_per_look": alpha}))
-                for name in windows})
+            return open_cells_of(pools={a.name: self.env.pool_verdicts(self._result(
+                group, a.name, windows, live, specs, timeline, served, {"alpha_per_look": alpha})) for a in group.arms})
 
         if not group.separate:
             (engine,) = self._engines([specs[group.arms[0].name]], timeline)
@@ -234,9 +249,8 @@ class GroupRunner:
             live.update(dict.fromkeys(specs, engine))
         run = measure(group, budget, visit, undecided, start=start if group.separate else None,
                       blocks_per_unit=per_unit)
-        meta = self._meta(group, run, per_unit, requests)
-        results = {a.name: self._result(group, a.name, run.windows, live, specs, served, timeline, meta[a.name])
-                   for a in group.arms}
+        results = {a.name: self._result(group, a.name, run.windows, live, specs, timeline, served,
+                                        run_meta(group, a, run, per_unit, requests)) for a in group.arms}
         pools = {name: self.env.pool_verdicts(r) for name, r in results.items()}
         judging = replace(judging, alpha=run.alpha_per_look, budget=run.budget_units)  # the verdicts' own, once
         contrasts = {c.label: contrast_verdicts(group, c, run.windows, run.block_unit, judging)
@@ -246,7 +260,7 @@ class GroupRunner:
         self._stop(live, timeline, release=group.separate, prove=not group.live)
         timeline.close()
         return replace(measured, timeline=f"{group.id}: {timeline.describe()}", profiles=profiles,
-                       findings=self._record_null(measured, specs))
+                       findings=self._record_nulls(measured, specs, started))
 
     def _judging(self, group: Group, specs: Mapping[str, EngineSpec], budget: int, alpha: float) -> Judging:
         if not group.separate:
@@ -259,20 +273,17 @@ class GroupRunner:
                        lambda n: history.sample(shape, n, blocks, window_s),
                        specs[AB_CANDIDATE].arm if group.ab else None)
 
-    def _meta(self, group: Group, run: GroupRun, per_unit: int,
-              requests: Mapping[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-        return {a.name: run_meta(group, a, run, per_unit, requests[a.name]) for a in group.arms}
-
-    def _result(self, group: Group, name: str, windows: Any, live: Mapping[str, EngineHandle],
-                specs: Mapping[str, EngineSpec], served: Mapping[str, list[str]], timeline: Timeline,
+    def _result(self, group: Group, name: str, windows: ArmWindows, live: Mapping[str, EngineHandle],
+                specs: Mapping[str, EngineSpec], timeline: Timeline, served: Mapping[str, list[str]],
                 meta: dict[str, Any]) -> RunResult:
+        """Arm ``name``'s result: its windows over its members (``blocks_run.arm_windows``), the engine that served
+        each, and ``meta``."""
         arm = group.arm(name)
         spec = specs[name]
         cores = self.settings.cpu_quota.applied(arm.cores(spec.cpu_quota)) if group.live else spec.cpu_quota
-        engine = live.get(name)
-        own = windows[name]
-        return arm_result(group, arm, spec, cores, engine, [w for _, w in own], self.settings, meta,
-                          timeline, served[name][:len(own)], control_ratios(group, name, windows))
+        own, instances = arm_windows(group, windows, name, served)
+        return arm_result(group, arm, spec, cores, live[group.members_of(name)[0]], [w for _, w in own], self.settings,
+                          meta, timeline, instances, control_ratios(group, name, windows))
 
     def _profile(self, measured: Measured, live: Mapping[str, EngineHandle],
                  switch: Callable[[Arm], EngineHandle] | None, workloads: Mapping[str, WorkloadSpec]) -> dict[str, str]:
@@ -281,13 +292,14 @@ class GroupRunner:
         group, out = measured.group, {}
 
         def build(name: str) -> tuple[Any, Callable[[float], int]]:
-            engine = live[name]
+            engine = live[group.members_of(name)[0]]  # one replica speaks for its launch
             url = (lambda: switch(group.arm(name)).url) if switch is not None else (lambda: engine.url)
             return engine.pids(), self._drive(url, workloads[name])
 
         for c in group.contrasts:
             statuses = [v.status for v in measured.verdicts(c.label)]
-            ps = ProfileSettings.from_settings(self.settings, live[c.candidate].workdir / "profiles" / c.id)
+            ps = ProfileSettings.from_settings(self.settings,
+                                               live[group.members_of(c.candidate)[0]].workdir / "profiles" / c.id)
             if ps.wanted(statuses):
                 out[c.label] = explain_ab(self.env.profiles, [contrast_scenario(group, c.label)], statuses, ps,
                                           candidate=build(c.candidate), reference=build(c.reference))
@@ -307,19 +319,29 @@ class GroupRunner:
             return len(seg.completed_in(seg.measure_at, seg.stop_at))
         return drive
 
-    def _record_null(self, measured: Measured, specs: Mapping[str, EngineSpec]) -> tuple[str, ...]:
-        """A null A/B (the same build on both sides, nothing injected) adds its per-unit effects to the history."""
+    def _record_nulls(self, measured: Measured, specs: Mapping[str, EngineSpec],
+                      started: Mapping[int, float]) -> tuple[str, ...]:
+        """A group of launches adds its null units to this host's A/A history (``scenarios.nulls``): the replicas'
+        same-build pairs of every run, and a null A/B's (the same build on both sides, nothing injected) own units;
+        a fresh host's first instance group is kept aside (``NullHistory.warmup_unit``)."""
         group, run = measured.group, measured.run
-        if not group.ab or group.arm(AB_REFERENCE).build != group.arm(AB_CANDIDATE).build or self.settings.inject:
+        same = group.ab and group.arm(AB_REFERENCE).build == group.arm(AB_CANDIDATE).build
+        if not group.separate or self.settings.inject or not (same or group.replicas > 1):
             return ()
-        ref, cand = run.windows[AB_REFERENCE], run.windows[AB_CANDIDATE]
-        names = sorted({k for _, w in cand for k in w if metric(k).judged and metric(k).direction != "none"})
-        units = {n: unit_effects(n, ref, cand, run.block_unit)[1] for n in names}
-        first = specs[AB_REFERENCE]
-        path = self.env.null_history.record(shape_key(arm_result_key(group, first), first.cpu_quota),
-                                            null_entry(self.env.history_id, self.settings.ab_blocks,
-                                                       self.settings.window_s, units))
-        return (f"A/A history: a null A/B of {run.units} engine pair(s) was added to {path}",)
+        names = sorted({k for ws in run.windows.values() for _, w in ws for k in w
+                        if metric(k).judged and metric(k).direction != "none"})
+        units = recorded_units(group, run.windows, run.block_unit, names, same_build=same)
+        history, boot = self.env.null_history, psutil.boot_time()
+        aside = 0 in started and history.warmup_unit(started[0], boot)
+        first = specs[group.arms[0].name]
+        entry = null_entry(self.env.history_id, self.settings.ab_blocks, self.settings.window_s,
+                           {n: [e for u, e in v if not (aside and u == 0)] for n, v in units.items()},
+                           warmup={n: [e for u, e in v if aside and u == 0] for n, v in units.items()},
+                           replicas=group.replicas, boot_s=boot)
+        path = history.record(shape_key(arm_result_key(group, first), first.cpu_quota), entry)
+        count = max((len(v) for v in units.values()), default=0)
+        kept = " (the fresh host's first group kept aside: never pooled)" if aside else ""
+        return (f"A/A history: {count} null unit(s) of {run.units} instance group(s) were added to {path}{kept}",)
 
 
 def arm_result_key(group: Group, spec: EngineSpec) -> str:

@@ -13,6 +13,13 @@ build A/B of the same shape: the offset is the engine start's, taken as the same
 the blocks per pair and the window length; only entries measured like the run being judged are pooled. A file
 recorded on another host is never used (``machine.HostIdentity.same_host``); a corrupted file is a
 ``BaselineError`` naming it and the fix.
+
+Every A/B grows it: a group of launches started with replicas (``--perf-ab-replicas``) adds its same-build pairs'
+units (``scenarios.nulls``), whatever the builds, and a null A/B also its own. **A fresh host's first group is left
+out** (``warmup_unit``): the first instance group of an A/B after the host booted, where it started within
+``FRESH_HOST_S`` of the boot, is stored under ``warmup`` and never pooled (the first group on a fresh H200 read 6-13 %
+faster than those after it, on two of two hosts: docs/results/h200-issue36-2026-12-04b). The run that measured it
+still pools its own units into its own verdict: they were measured beside it.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +38,8 @@ from engine_fixtures.store.files import atomic_write_text, file_name_of
 
 FORMAT_VERSION = 1
 MAX_ENTRIES = 40  # the newest runs kept per shape
+FRESH_HOST_S = 1800.0  # an A/B group started this soon after the host booted may be its warm-up (warmup_unit)
+SAME_BOOT_S = 60.0  # two boot times closer than this are one boot (the kernel's boot time is derived, and wobbles)
 
 
 def shape_key(scenario_key: str, quota: float | None) -> str:
@@ -46,11 +55,19 @@ class NullEntry:
     run: str
     blocks_per_unit: int
     window_s: float
-    units: Mapping[str, tuple[float, ...]]  # per metric, one effect per instance group
+    units: Mapping[str, tuple[float, ...]]  # per metric, the pair-scale null units pooled by later runs
+    warmup: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # a fresh host's first group: kept aside
+    boot_s: float | None = None  # the host's boot time when it was measured (the warm-up rule)
+    replicas: int = 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"run": self.run, "blocks_per_unit": self.blocks_per_unit, "window_s": self.window_s,
-                "units": {k: list(v) for k, v in sorted(self.units.items())}}
+        out = {"run": self.run, "blocks_per_unit": self.blocks_per_unit, "window_s": self.window_s,
+               "units": {k: list(v) for k, v in sorted(self.units.items())}, "replicas": self.replicas}
+        if self.boot_s is not None:
+            out["boot_s"] = round(self.boot_s, 1)
+        if self.warmup:
+            out["warmup"] = {k: list(v) for k, v in sorted(self.warmup.items())}
+        return out
 
 
 class NullHistory:
@@ -97,6 +114,19 @@ class NullHistory:
             return None
         return NullSample.of(effects, f"this host's A/A history ({runs} null run(s), {path})")
 
+    def warmup_unit(self, started_s: float, boot_s: float) -> bool:
+        """Whether an A/B's first instance group, started at ``started_s`` (epoch seconds) on a host booted at
+        ``boot_s``, is the fresh host's warm-up: it started within ``FRESH_HOST_S`` of the boot and no entry of any
+        shape of this history was measured since that boot."""
+        if started_s - boot_s > FRESH_HOST_S:
+            return False
+        for path in sorted(self.dir.glob("*.json")) if self.dir.is_dir() else ():
+            data = self._read(path)
+            if data is not None and self._mine(data) and any(
+                    abs(float(e.get("boot_s", -1e12)) - boot_s) < SAME_BOOT_S for e in data.get("entries", [])):
+                return False
+        return True
+
     def record(self, shape: str, entry: NullEntry) -> Path:
         """Add one null A/B run's unit effects (another host's file is replaced: it never judged this host)."""
         if self.host is None:
@@ -111,7 +141,12 @@ class NullHistory:
         return path
 
 
-def null_entry(run: str, blocks_per_unit: int, window_s: float,
-               units: Mapping[str, Sequence[float]]) -> NullEntry:
-    return NullEntry(run, blocks_per_unit, window_s,
-                     {k: tuple(round(float(x), 6) for x in v if math.isfinite(x)) for k, v in units.items()})
+def _finite(units: Mapping[str, Sequence[float]]) -> dict[str, tuple[float, ...]]:
+    return {k: tuple(round(float(x), 6) for x in v if math.isfinite(x)) for k, v in units.items()}
+
+
+def null_entry(run: str, blocks_per_unit: int, window_s: float, units: Mapping[str, Sequence[float]], *,
+               warmup: Mapping[str, Sequence[float]] | None = None, replicas: int = 1,
+               boot_s: float | None = None) -> NullEntry:
+    """One run's entry: ``units`` pooled by later runs, ``warmup`` (a fresh host's first group) kept aside."""
+    return NullEntry(run, blocks_per_unit, window_s, _finite(units), _finite(warmup or {}), boot_s, replicas)

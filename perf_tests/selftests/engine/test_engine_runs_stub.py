@@ -226,8 +226,8 @@ def run_ab(factory: EngineFactory, model: Path, stream: LoadStream, settings: Se
 
     warmed: set[str] = set()
 
-    def visit(arm: Arm, n: int, _unit: int) -> list[dict[str, float]]:
-        engine = live[arm.name]
+    def visit(member: str, n: int, _unit: int) -> list[dict[str, float]]:
+        engine = live[member]
         # a fresh engine's first segment warms up 3x longer (the runner loads it to first light instead, 5 s each)
         first = engine.instance not in warmed  # type: ignore[attr-defined]
         warmed.add(engine.instance)  # type: ignore[attr-defined]

@@ -1,7 +1,8 @@
 """A group of engines end to end through pytest, with stub engines in place of SGLang: two launches that cannot
-switch live (here two token times), started one at a time with equal KV pools, measured in mirrored blocks on a fresh
-instance group, judged with this host's A/A history pooled into the variance: the slower member's contrast is
-violated and the faster one's holds, each naming the variance it used."""
+switch live (here two token times), each started twice (replicas), all four one at a time with equal KV pools,
+measured in mirrored blocks on a fresh instance group, judged with this host's A/A history and the run's own
+same-launch pairs pooled into the variance: the slower member's contrast is violated and the faster one's holds,
+each naming the variance it used; the run's pairs are added to the history."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ GROUP = Group("stub", arms=(
 @pytest.mark.perf
 def test_fast_holds(perf_gpu_tier):
     (row,) = perf_gpu_tier.check(GROUP, "fast >= slow")
-    assert "over 1 fresh engine group(s), variance pooled with 6 null pair(s) of this host's A/A history" in row.message
+    assert "over 1 fresh engine group(s), variance pooled with 8 null pair(s) of this host's A/A history" in row.message
+    assert "and this run's 2 same-build pair(s)" in row.message
 
 @pytest.mark.perf
 @pytest.mark.xfail(raises=InvariantViolated, strict=True, reason="the slow stub takes 3x the token time")
@@ -62,4 +64,15 @@ def test_a_group_of_launches_decides_its_contrasts_with_this_hosts_null_history(
         meta = res["metadata"]
         assert meta["instance_groups"] == 1
         assert set(meta["window_instance_group"]) == {0}
-        assert len(meta["window_block"]) == 2  # one mirrored block: each member twice
+        assert len(meta["window_block"]) == 4  # one mirrored block: each replica twice
+        assert meta["replicas"] == 2
+        assert sorted(set(meta["window_replica"])) == [f"{meta['group_member']}@{k}" for k in (1, 2)]
+        assert len(set(meta["window_instance"])) == 2  # two engines of each launch, alive together
+    entries = json.loads(history.path_for("model=qwen-tiny/c=2/out=8/quota=none").read_text())["entries"]
+    assert [e["run"] for e in entries[:1]] == ["seed"]
+    assert len(entries) == 2
+    added = entries[1]
+    assert added["replicas"] == 2
+    pooled, aside = added["units"]["tpot_gmean_ms"], added.get("warmup", {}).get("tpot_gmean_ms", [])
+    assert len(pooled) + len(aside) == 2  # fast@2 - fast@1, slow@2 - slow@1
+    assert all(abs(e) < 0.5 for e in pooled + aside)  # same launch: no 3x token time between them

@@ -27,8 +27,8 @@ from engine_fixtures.judge.simulate import contrast_outcomes
 from engine_fixtures.scenarios.blocks_run import Judging, contrast_verdicts, measure
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.group import Arm, Contrast, Group
-from engine_fixtures.scenarios.results import control_ratios
 from engine_fixtures.scenarios.refusal import throttle_refusal
+from engine_fixtures.scenarios.results import control_ratios
 
 
 def test_a_block_is_a_palindrome_so_a_linear_drift_cancels() -> None:
@@ -322,8 +322,8 @@ def test_a_live_group_serves_each_contrasts_arms_next_to_each_other_and_records_
                                  Contrast("capped >= 0.9x buffer", "buffer", "capped", 0.9)))
     served: list[str] = []
 
-    def visit(arm: Arm, n: int, _unit: int) -> list[dict[str, float]]:
-        served.extend([arm.name] * n)
+    def visit(member: str, n: int, _unit: int) -> list[dict[str, float]]:
+        served.extend([member] * n)
         return [{"requests_per_s": 20.0} for _ in range(n)]
 
     def undecided(_windows: object, _units: object, _alpha: float) -> list[str]:  # regression 1 decided at look 1
