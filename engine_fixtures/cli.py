@@ -16,6 +16,8 @@
   directory (here and for ``migrate``) or a ``--machine`` key that does not exist is an error;
   ``validate DIR`` judges every run of the unchanged build against the K runs recorded
   before it (and every injected run against the K runs before it): false alarms and detections on real runs.
+- ``reference promote BUILD|show`` (``cli_reference``): keep the last good build beside the pools, what
+  ``--perf-reference stored`` runs the A/B against.
 - ``import``, ``runs``, ``history`` (``cli_history``): fill the run history from results files, list its runs,
   show a scenario's series and change points (and draw them); ``migrate`` rewrites old baseline formats, and
   with ``--history`` migrates the run history's schema.
@@ -34,7 +36,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from engine_fixtures import cli_history, options
+from engine_fixtures import cli_history, cli_reference, options
 from engine_fixtures.errors import BaselineError, PerfError
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.noise import MIN_RUNS
@@ -303,6 +305,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--pool", type=int, default=3, metavar="K")
     sp.add_argument("--scenario", metavar="GLOB")
     cli_history.add_parsers(add)
+    cli_reference.add_parsers(add)
     sp = add("migrate", cmd_migrate, "rewrite older-format baselines in the current format (--history: migrate the "
              "run history's schema)", ("baseline_dir", "history_url", "results_dir"))
     sp.add_argument("--dry-run", action="store_true")

@@ -44,8 +44,10 @@ def pytest_configure(config: pytest.Config) -> None:
     machine = MachineInfo.collect()
     try:
         preflight.check(settings, machine.key)  # before anything is swept, locked, started or written
+        settings = preflight.resolve_builds(settings, machine.key)  # --perf-reference stored: the kept build
     except PerfError as exc:
         raise pytest.UsageError(str(exc)) from None
+    config.stash[perf_settings.SETTINGS_KEY] = settings
     previous = configured_parent()
     config.add_cleanup(lambda: configure_parent(previous))  # a pytester session may run in this process
     configure_parent(settings.cgroup_parent)

@@ -9,6 +9,8 @@
 - ``patch:NAME=MS,...``  the same install plus named patches of the suite's SGLang plugin (known slowdowns)
 - ``env:K=V,...``        the same install plus environment variables (e.g. an SGLang feature switch)
 - ``installed``          the suite's own interpreter and SGLang, unchanged (the default candidate)
+- ``stored``             this runner's stored reference build (``store.reference_build``: the last good build kept
+                         beside the pools), resolved when the session starts (``session.preflight``)
 
 Example: ``--perf-reference venv:/opt/sglang-0.5.15`` or ``--perf-candidate patch:slow-decode=0.4`` (the named patches
 are ``sglang_plugin.patches.TARGETS``).
@@ -41,16 +43,20 @@ class EngineBuild:
     pythonpath: tuple[str, ...] = ()
     wheel: str | None = None
     env: tuple[tuple[str, str], ...] = ()
+    stored: bool = False  # ``stored``: a placeholder until the session resolves it to the kept build
 
     @property
     def is_default(self) -> bool:
-        return self.python is None and not self.pythonpath and self.wheel is None and not self.env
+        return self.python is None and not self.pythonpath and self.wheel is None and not self.env and not self.stored
 
     def interpreter(self, default: str = sys.executable) -> str:
         return self.python or default
 
     def import_paths(self, workdir: Path) -> list[str]:
         """PYTHONPATH entries this build puts first; a wheel is unpacked once under ``workdir``."""
+        if self.stored:
+            raise ConfigError("--perf-reference stored was never resolved to the kept build; it is resolved when a "
+                              "pytest session starts (session.preflight.resolve_builds)")
         paths = list(self.pythonpath)
         if self.wheel is not None:
             target = workdir / "build-site"
@@ -95,6 +101,8 @@ def parse_reference(text: str, option: str = "--perf-reference") -> EngineBuild:
     ``installed`` is the suite's own interpreter and SGLang, unchanged."""
     if text.strip() == "installed":
         return EngineBuild()
+    if text.strip() == "stored":
+        return EngineBuild(label="stored", stored=True)
     forms = "venv:DIR, python:PATH, site:DIR, wheel:FILE.whl, patch:NAME=MS, env:K=V (join with '+')"
     python: str | None = None
     paths: list[str] = []

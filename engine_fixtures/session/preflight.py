@@ -16,7 +16,9 @@ Wiring (plugin.py)::
 - ``--perf-cgroup-parent``: missing, or not a cgroup directory (``cgroup_mounts.cgroup_dir_problem``: a plain
   directory got a ``perf-probe-*`` directory of quota files that nothing could remove, and an INTERNALERROR).
 ``--perf-reference`` / ``--perf-candidate`` (patch names, interpreters, paths) are checked where they are parsed
-(``engine.build.parse_reference``), at the same moment.
+(``engine.build.parse_reference``), at the same moment; ``stored`` is resolved by ``resolve_builds`` right after
+``check``: this machine key's stored reference build (``store.reference_build``), or a usage error naming how to
+promote one.
 
 ``scan_pools`` reads every pool of this machine key (``PerfSession.pool``): an unreadable one (truncated, not JSON,
 an unknown format version, a directory in its place) does not stop the run. It is said once, in the report header
@@ -32,6 +34,7 @@ session that measures nothing writes no history.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -98,6 +101,23 @@ def check(settings: Settings, machine_key: str) -> None:
         raise ConfigError(f"{found[0]}. Nothing was started.")
     if found:
         raise ConfigError("this run cannot start:\n" + "\n".join(f"  - {p}" for p in found) + "\nNothing was started.")
+
+
+def resolve_builds(settings: Settings, machine_key: str) -> Settings:
+    """``settings`` with ``--perf-reference stored`` (and ``--perf-candidate stored``) made the kept build of this
+    machine key; ``ConfigError`` naming the fix where none is stored or it is unreadable."""
+    from engine_fixtures.store.reference_build import ReferenceStore
+
+    changed = {}
+    for name in ("reference", "candidate"):
+        build = getattr(settings, name)
+        if build is not None and build.stored:
+            try:
+                changed[name] = ReferenceStore(Path(settings.baseline_dir), machine_key).build()
+            except PerfError as exc:
+                raise ConfigError(_invalid(settings, name, "stored", str(exc), "or name the build itself") +
+                                  ". Nothing was started.") from None
+    return replace(settings, **changed) if changed else settings
 
 
 def scan_pools(session: PerfSession) -> None:

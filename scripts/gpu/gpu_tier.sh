@@ -15,10 +15,16 @@
 #   pool       one independent run of the smoke subset that adds its arms to this host's pools
 #              (--perf-update-baselines, given here and nowhere else): run it K >= 3 times, minutes apart, then
 #              review `perf-baseline show --baseline-dir $BASELINES` and commit what it wrote
-#   null       a null A/B (the installed build on both sides, --perf-reference installed): fresh engine pairs
-#              started one at a time with equal KV pools; it adds its pairs to this host's A/A history
-#   patch      the A/B of a candidate carrying the named patch PATCH (slow-decode) sized to PATCH_PCT (15) % of the
-#              last null run's reference TPOT p50
+#   promote    keep the build under test as this runner's reference build (PROMOTE, default site:$SITE; a venv:DIR
+#              or wheel:FILE.whl elsewhere), beside the pools: `perf-baseline reference promote` (run it after a
+#              green nightly; the next `ab` judges the new build against it)
+#   ab         the A/B of the installed build against the stored reference build (--perf-reference stored): an
+#              instance group of two engines of each build alive together, mirrored blocks; its same-build pairs
+#              are added to this host's A/A history
+#   null       a null A/B (the installed build on both sides, --perf-reference installed): the same instance group;
+#              it adds its pairs and its own units to this host's A/A history
+#   patch      the A/B of a candidate carrying the named patch PATCH (slow-decode) sized to PATCH_PCT (10) % of the
+#              last null or ab run's reference TPOT (its geometric mean, what TPOT gates on), against REF (stored)
 #   transport  the transport group alone: cpu (buffer copy) vs cuda_ipc (cache on), fresh engine pairs
 #   cv         the within-run CV of req/s (counted vs continuous) over the last matrix run's windows
 #   components variance components of fresh engines of the installed build (issue 36): instance groups of one engine
@@ -33,6 +39,8 @@
 #   BUDGET_S   seconds for all steps of this call (default 3600); a step starts only while its guard is left
 #   PERF_CGROUP_PARENT  the cgroup v2 directory that gets the engines' CPU sandboxes (a runner whose job cgroup
 #              lacks the cpu controller; the lent H200 needs /sys/fs/cgroup); empty: the suite's own choice
+#   POOL_GUARD_S, AB_GUARD_S  seconds of BUDGET_S a pool step, or an A/B step (ab, null, patch), needs left to start
+#              (default 300 each)
 #   ARGS       more pytest arguments for every step (e.g. --perf-profile off); MATRIX_ARGS, SMOKE_ARGS,
 #              AB_ARGS (null, patch, transport) for some of them (split on spaces)
 #   PATCH      the named patch of the patch step (default slow-decode: GPU time before every decode step, which the
@@ -91,12 +99,13 @@ run() {  # run NAME GUARD_S PYTEST_ARGS...: one pytest session, timed, into $WOR
 }
 last() { ls -d "$WORK/$1"-* 2>/dev/null | sort -V | tail -1; }
 TIER=perf_tests/sglang/gpu_tier
-patch_ms() {  # PATCH_PCT % of the reference build's TPOT p50 in the last null run
-  python3 - "$(ls "$(last null)"/results/results-*.json | tail -1)" "${PATCH_PCT:-15}" <<'PY'
+patch_ms() {  # PATCH_PCT % of the reference build's TPOT (geometric mean) in the newest null or ab run
+  python3 - "$(ls -t "$WORK"/null-*/results/results-*.json "$WORK"/ab-*/results/results-*.json 2>/dev/null | head -1)" \
+    "${PATCH_PCT:-10}" <<'PY'
 import json, sys, statistics
 data = json.load(open(sys.argv[1]))
 ref = [r for r in data["results"] if r["scenario"].endswith("/build=reference")][0]
-print(f"{statistics.mean(ref['samples']['tpot_p50_ms']) * float(sys.argv[2]) / 100:.3f}")
+print(f"{statistics.mean(ref['samples']['tpot_gmean_ms']) * float(sys.argv[2]) / 100:.3f}")
 PY
 }
 for step in "$@"; do
@@ -104,12 +113,17 @@ for step in "$@"; do
     matrix) run matrix 300 "$TIER" -m "(gpu_tier or gpu) and not smoke and not weekly" ${MATRIX_ARGS:-} ;;
     weekly) run weekly 300 "$TIER" -m weekly ${MATRIX_ARGS:-} ;;
     smoke) run smoke 300 "$TIER" -m smoke ${SMOKE_ARGS:-} ;;
-    pool) run pool 300 "$TIER" -m smoke --perf-update-baselines ${SMOKE_ARGS:-} ;;
-    null) run null 240 "$TIER/test_groups.py" -k build_ab --perf-reference installed ${AB_ARGS:-} ;;
+    pool) run pool "${POOL_GUARD_S:-300}" "$TIER" -m smoke --perf-update-baselines ${SMOKE_ARGS:-} ;;
+    promote)
+      python3 -m engine_fixtures.cli reference promote \
+        "${PROMOTE:-site:${SITE:?promote needs PROMOTE=venv:DIR|site:DIR|wheel:FILE or SITE}}" --baseline-dir "$BASELINES" --reason "gpu_tier.sh promote $(date -u +%FT%TZ)" 2>&1 | tee "$WORK/logs/promote.log"
+      log "promote rc=${PIPESTATUS[0]}" ;;
+    ab) run ab "${AB_GUARD_S:-300}" "$TIER/test_groups.py" -k build_ab --perf-reference stored ${AB_ARGS:-} ;;
+    null) run null "${AB_GUARD_S:-300}" "$TIER/test_groups.py" -k build_ab --perf-reference installed ${AB_ARGS:-} ;;
     patch)
-      ms=$(patch_ms) || { log "patch: no null run to size the patch from"; continue; }
-      log "patch: ${PATCH:-slow-decode}=$ms ms (${PATCH_PCT:-15} % of the reference TPOT p50)"
-      run patch 200 "$TIER/test_groups.py" -k build_ab --perf-reference installed \
+      ms=$(patch_ms) || { log "patch: no null or ab run to size the patch from"; continue; }
+      log "patch: ${PATCH:-slow-decode}=$ms ms (${PATCH_PCT:-10} % of the reference TPOT) against ${REF:-stored}"
+      run patch "${AB_GUARD_S:-300}" "$TIER/test_groups.py" -k build_ab --perf-reference "${REF:-stored}" \
         --perf-candidate "patch:${PATCH:-slow-decode}=$ms" ${AB_ARGS:-} ;;
     transport) run transport 200 "$TIER/test_groups.py" -k transport_group ${AB_ARGS:-} ;;
     cv)
@@ -125,7 +139,7 @@ MODEL, a model directory (python3 -m engine_fixtures.model.modeldir DIR --shape 
       log "components rc=$?"
       python3 -m perf_tests.sglang.gpu_studies.components $(ls -v "$WORK"/components-*/ab_study.json) \
         --skip-first-groups "${SKIP_GROUPS:-1}" --out "$WORK" 2>&1 | tee "$WORK/logs/components.md" ;;
-    *) log "unknown step $step (steps: matrix weekly smoke pool null patch transport cv components)"; exit 2 ;;
+    *) log "unknown step $step (steps: matrix weekly smoke pool promote ab null patch transport cv components)"; exit 2 ;;
   esac
 done
 exit "$STATUS"

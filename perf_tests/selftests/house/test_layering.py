@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[3] / "engine_fixtures"
 # Top to bottom, as in docs/ARCHITECTURE.md ("Layers"). A unit is a subpackage or a top-level module.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("entry points", frozenset({"plugin", "fixtures", "cli"})),
-    ("pytest session; history commands", frozenset({"session", "cli_history"})),
+    ("pytest session; history and reference-build commands", frozenset({"session", "cli_history", "cli_reference"})),
     ("scenario runs", frozenset({"scenarios"})),
     ("profiles; rendering", frozenset({"profile", "report"})),
     ("CPU tier; settings; load client", frozenset({"cpu_tier", "options", "loadgen"})),
