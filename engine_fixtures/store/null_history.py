@@ -17,7 +17,7 @@ recorded on another host is never used (``machine.HostIdentity.same_host``); a c
 Every A/B grows it: a group of launches started with replicas (``--perf-ab-replicas``) adds its same-build pairs'
 units (``scenarios.nulls``), whatever the builds, and a null A/B also its own. **A fresh host's first group is left
 out** (``warmup_unit``): the first instance group of an A/B after the host booted, where it started within
-``FRESH_HOST_S`` (10 minutes) of the boot, is stored under ``warmup`` and never pooled (on two of two fresh H200 hosts
+``FRESH_HOST_S`` (8 minutes) of the boot, is stored under ``warmup`` and never pooled (on two of two fresh H200 hosts
 the group 3-5 minutes after boot read 6-13 % faster than those after it, and the one 7-9 minutes after read like the
 rest: docs/results/h200-issue36-2026-12-04b). The run that measured it
 still pools its own units into its own verdict: they were measured beside it.
@@ -39,7 +39,7 @@ from engine_fixtures.store.files import atomic_write_text, file_name_of
 
 FORMAT_VERSION = 1
 MAX_ENTRIES = 40  # the newest runs kept per shape
-FRESH_HOST_S = 600.0  # an A/B group started this soon after the host booted may be its warm-up (warmup_unit)
+FRESH_HOST_S = 480.0  # an A/B group started this soon after the host booted may be its warm-up (warmup_unit)
 SAME_BOOT_S = 60.0  # two boot times closer than this are one boot (the kernel's boot time is derived, and wobbles)
 
 
@@ -143,7 +143,9 @@ class NullHistory:
 
 
 def _finite(units: Mapping[str, Sequence[float]]) -> dict[str, tuple[float, ...]]:
-    return {k: tuple(round(float(x), 6) for x in v if math.isfinite(x)) for k, v in units.items()}
+    """The finite values of each metric, rounded; a metric left with none is left out."""
+    kept = {k: tuple(round(float(x), 6) for x in v if math.isfinite(x)) for k, v in units.items()}
+    return {k: v for k, v in kept.items() if v}
 
 
 def null_entry(run: str, blocks_per_unit: int, window_s: float, units: Mapping[str, Sequence[float]], *,

@@ -68,7 +68,7 @@ def test_three_runs_pool_then_judge_and_an_ab_run_is_never_pooled(suite: pytest.
         r.stdout.fnmatch_lines(["*PerformanceRegression: performance regression in engine/*"])
     r.stdout.fnmatch_lines(["*engine/transport=cpu/tp=1/pp=1/copy=buffer/model=qwen-tiny/c=4*requests_per_s*3 runs*"])
 
-    # one engine pair (instance pairs have their own test in test_engine_runs_stub.py; three cost CI 35 s here)
+    # one instance group, two engines a build (instance groups have their own test in test_engine_runs_stub.py)
     r = run(suite, "-k", "fast or ab", "--perf-reference", "installed", "--perf-ab-instances", "1",
             "--perf-ab-max-instances", "1", "--perf-update-baselines")
     r.stdout.fnmatch_lines(["*A/B against the reference build `installed`*", "*refused*an A/B run*"])
@@ -77,6 +77,7 @@ def test_three_runs_pool_then_judge_and_an_ab_run_is_never_pooled(suite: pytest.
     verdicts = json.loads(sorted((suite.path / "out").glob("results-*.json"))[-1].read_text())
     assert verdicts["reference"] == "installed"
     assert all(len(json.loads(p.read_text())["runs"]) == 3 for p in pools)
-    (null,) = (suite.path / "bl").glob("*/ab-null/*.json")  # a null A/B: its pair joins this host's A/A history
+    (null,) = (suite.path / "bl").glob("*/ab-null/*.json")  # a null A/B: its units join this host's A/A history
     assert len(json.loads(null.read_text())["entries"]) == 1
-    r.stdout.fnmatch_lines(["*A/A history: a null A/B of 1 engine pair(s) was added to*"])
+    # the two builds' replica pairs and the null A/B's own unit
+    r.stdout.fnmatch_lines(["*A/A history: 3 null unit(s) of 1 instance group(s) were added to*"])

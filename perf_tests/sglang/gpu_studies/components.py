@@ -106,22 +106,34 @@ def components(log: WindowLog, arm: str, name: str) -> Components:
         if len(rows) >= 3 and np.ptp(t) > 0:
             slopes.append(float(np.polyfit((t - t.min()) / 60.0, [r[2] for r in rows], 1)[0]))
     runs = [[math.exp(v) if m.scale.name == "log" else v for _v, _t, v in rows] for rows in engines.values()]
-    verdicts = [judge_metric(m, runs[:i] + runs[i + 1:], runs[i], alpha=gate_alpha(ALPHA, len(GATED)))
-                for i in range(len(runs))] if len(runs) >= 4 else []
-    judged = [v for v in verdicts if v.status not in ("no-baseline",)]
-    catches = sorted(v.detectable for v in judged if v.detectable is not None and math.isfinite(v.detectable))
-    model = NoiseModel.fit([m.scale.forward(r) for r in runs])
-    n = model.typical_windows
-    alpha = gate_alpha(ALPHA, len(GATED))
-    promise = {k: _worse(m, promised_size(replace(model, runs=k, windows=(n,) * k, within_df=k * (n - 1)),
-                                          m.floor_size(None), alpha, BETA)) for k in POOL_SIZES}
+    flags, judged, catches = leave_one_out(m, runs)
     level = float(np.mean(means))
     return Components(arm, name, len(engines), sum(len(r) for r in engines.values()),
                       math.exp(level) if m.scale.name == "log" else level,
                       math.sqrt(within_visit) if wv_df else None, math.sqrt(between_visits) if wv_df else math.nan,
                       math.sqrt(sigma_b2), math.sqrt(means_var), float(np.mean(slopes)) if slopes else None,
-                      sum(v.status in ("regression", "improvement") for v in judged), len(judged),
-                      catches[len(catches) // 2] if catches else None, promise)
+                      flags, judged, catches, pool_promises(m, runs))
+
+
+def leave_one_out(m: Any, runs: Sequence[Sequence[float]], family: int = len(GATED)) -> tuple[int, int, float | None]:
+    """Each run judged against a pool of the others by the suite's pool judge (from four runs): the flags (false
+    alarms, where every run is the same build), the runs judged, and the median of what those pools caught."""
+    verdicts = [judge_metric(m, [list(r) for r in runs[:i] + runs[i + 1:]], list(runs[i]),
+                             alpha=gate_alpha(ALPHA, family)) for i in range(len(runs))] if len(runs) >= 4 else []
+    judged = [v for v in verdicts if v.status not in ("no-baseline",)]
+    catches = sorted(v.detectable for v in judged if v.detectable is not None and math.isfinite(v.detectable))
+    return (sum(v.status in ("regression", "improvement") for v in judged), len(judged),
+            catches[len(catches) // 2] if catches else None)
+
+
+def pool_promises(m: Any, runs: Sequence[Sequence[float]], family: int = len(GATED)) -> dict[int, float]:
+    """What a pool of K runs as spread as ``runs`` (values in the metric's unit) promises, for each K of
+    ``POOL_SIZES``: ``judge.decide.promised_size`` at the gate's alpha, as the worse change it names."""
+    model = NoiseModel.fit([m.scale.forward(list(r)) for r in runs])
+    n = model.typical_windows
+    alpha = gate_alpha(ALPHA, family)
+    return {k: _worse(m, promised_size(replace(model, runs=k, windows=(n,) * k, within_df=k * (n - 1)),
+                                       m.floor_size(None), alpha, BETA)) for k in POOL_SIZES}
 
 
 def _worse(m: Any, size: float) -> float:

@@ -1,0 +1,113 @@
+"""Judge an A/B of two builds again from its results file, with the suite's own judge, and say what it would catch
+with a longer A/A history (issue 44).
+
+    python -m perf_tests.sglang.gpu_studies.ab_rejudge RESULTS.json [--history AB_NULL.json] [--project 5,10,20]
+
+The A/B's windows come back per replica (``RunResult.block_windows`` and the ``window_replica`` metadata the runner
+records), and the contrast is judged by ``scenarios.blocks_run.contrast_verdicts`` at the run's own alpha and budget:
+with the A/A history it had (``--history``: the host's ``ab-null`` file, less the entries of this run and after
+it, or none), and with its own same-build pairs, as the run did. ``--project K,...`` judges it again as if the host's
+history held K null units of the spread measured here (the mean square of the history's units and this run's own
+pairs, per metric, or ``--spread``): what an A/B of this size catches once K units are in. Nothing is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from engine_fixtures.judge.decide import NullSample
+from engine_fixtures.scenarios.blocks_run import Judging, contrast_verdicts
+from engine_fixtures.scenarios.engine import EngineScenario
+from engine_fixtures.scenarios.group import AB_CANDIDATE, AB_REFERENCE, Group
+from engine_fixtures.scenarios.nulls import pair_units
+from engine_fixtures.store.results import ResultsFile
+
+AB = EngineScenario("ab-cpu-buffer", transport="cpu", copy="buffer")  # perf_tests.sglang.gpu_tier.test_groups.AB
+
+
+def load(path: Path) -> tuple[Group, dict[str, list[tuple[int, dict[str, float]]]], list[int], dict[str, Any]]:
+    """The A/B group (with its replicas), its windows per member, each block's instance group, and the candidate's
+    metadata (alpha, budget, axes)."""
+    windows: dict[str, list[tuple[int, dict[str, float]]]] = {}
+    meta: dict[str, Any] = {}
+    unit_of: dict[int, int] = {}
+    for r in ResultsFile.load(path).results:
+        m = r.metadata
+        if m.get("group_member") not in (AB_REFERENCE, AB_CANDIDATE):
+            continue
+        members = m.get("window_replica") or [m["group_member"]] * len(m["window_block"])
+        for member, (block, values), unit in zip(members, r.block_windows(), m["window_instance_group"],
+                                                 strict=True):
+            windows.setdefault(member, []).append((block, values))
+            unit_of[block] = unit
+        if m["group_member"] == AB_CANDIDATE:
+            meta = {**m, "axes": dict(r.arm)}
+    if not meta:
+        raise SystemExit(f"{path}: no A/B of two builds in it")
+    group = Group.ab_of(AB, None, None).with_replicas(int(meta.get("replicas", 1)))  # type: ignore[arg-type]
+    return group, windows, [unit_of[b] for b in range(max(unit_of) + 1)], meta
+
+
+def history_sample(path: Path | None, before_run: str | None) -> dict[str, list[float]]:
+    """Per metric, the history's pooled units recorded before ``before_run`` (its own entry and later ones left
+    out)."""
+    if path is None:
+        return {}
+    out: dict[str, list[float]] = {}
+    for e in json.loads(path.read_text())["entries"]:
+        if before_run is not None and e["run"].endswith(before_run):
+            break
+        for k, v in e["units"].items():
+            out.setdefault(k, []).extend(v)
+    return out
+
+
+def judge(group: Group, windows: Mapping[str, Sequence[tuple[int, dict[str, float]]]], units: Sequence[int],
+          meta: Mapping[str, Any], history: Mapping[str, Sequence[float]]) -> list[Any]:
+    def null_for(name: str) -> NullSample | None:
+        return NullSample.of(history[name], "the history") if history.get(name) else None
+
+    judging = Judging(meta["alpha_per_look"], meta["budget_instance_groups"], None, None, null_for, meta["axes"])
+    return contrast_verdicts(group, group.contrasts[0], windows, units, judging)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("results", type=Path)
+    p.add_argument("--history", type=Path, help="the host's ab-null/<shape>.json")
+    p.add_argument("--run", help="this run's id suffix in the history (its entry and later ones are left out)")
+    p.add_argument("--project", default="", help="K,...: judge as if the history held K units of this spread")
+    p.add_argument("--spread", default="", help="METRIC=PCT,...: project with this pair-scale spread instead of the "
+                   "measured one (e.g. another run's)")
+    args = p.parse_args(argv)
+    group, windows, units, meta = load(args.results)
+    history = history_sample(args.history, args.run)
+    print(f"{args.results.name}: {len(set(units))} instance group(s), {len(units)} blocks, {group.replicas} "
+          f"replicas a build, alpha per look {meta['alpha_per_look']:.4g}; history units: "
+          f"{ {k: len(v) for k, v in history.items() if k in ('requests_per_s', 'tpot_gmean_ms')} }")
+    for v in judge(group, windows, units, meta, history):
+        print(f"| as run | {v.metric} | {v.change_text(v.delta)} | "
+              f"{'-' if v.detectable is None else f'{v.detectable:.1%}'} | {v.status} |\n    {v.message}")
+    for k in [int(x) for x in args.project.split(",") if x]:
+        spread = {}
+        for v in judge(group, windows, units, meta, history):
+            own = [e for _, e in pair_units(group, windows, units, v.metric)]
+            pooled = [*history.get(v.metric, ()), *own]
+            spread[v.metric] = math.sqrt(sum(e * e for e in pooled) / len(pooled)) if pooled else math.nan
+        for item in filter(None, args.spread.split(",")):
+            name, _, pct = item.partition("=")
+            spread[name] = math.log1p(float(pct) / 100)
+        projected = {n: [s] * k for n, s in spread.items()}  # K units of the measured root mean square
+        for v in judge(group, windows, units, meta, projected):
+            print(f"| history of {k} | {v.metric} | {v.change_text(v.delta)} | "
+                  f"{'-' if v.detectable is None else f'{v.detectable:.1%}'} | {v.status} | pair-scale spread "
+                  f"{spread[v.metric]:.2%} |")
+
+
+if __name__ == "__main__":
+    main()
