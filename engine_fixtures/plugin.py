@@ -123,6 +123,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             raise ConfigError(error)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_json(config: pytest.Config, benchmarks: object, output_json: dict) -> None:
+    """Every pytest-benchmark JSON of a run names the suite's results it was exported from."""
+    from engine_fixtures.session.benchmarks import describe
+    from engine_fixtures.session.perf_session import SESSION_KEY
+
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None:
+        describe(session, output_json)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, object, object]:
     report = yield
