@@ -123,6 +123,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             raise ConfigError(error)
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_benchmark_generate_machine_info(config: pytest.Config) -> dict:
+    """pytest-benchmark's own machine_info, once per process (``session.benchmarks.machine_info``)."""
+    from engine_fixtures.session.benchmarks import machine_info
+
+    return machine_info()
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: object, output_json: dict) -> None:
     """Every pytest-benchmark JSON of a run names the suite's results it was exported from."""

@@ -23,11 +23,14 @@ run's results are exported as pytest-benchmark entries, which pytest-benchmark i
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from pytest_benchmark import plugin as benchmark_plugin
 from pytest_benchmark.stats import Metadata
 from pytest_benchmark.utils import safe_dumps
 
@@ -168,6 +171,18 @@ def write(config: Any, bench: Any, path: Path) -> Path:
     config.hook.pytest_benchmark_update_json(config=config, benchmarks=bench.benchmarks, output_json=output)
     atomic_write_text(path, safe_dumps(output, ensure_ascii=True, indent=4) + "\n")
     return path
+
+
+def machine_info() -> dict[str, Any]:
+    """pytest-benchmark's own machine_info, computed once per process (``_machine_info``): its py-cpuinfo starts a
+    Python to read CPUID (0.4 s on the 2-core box), and now every recording run, each pytester run inside the
+    self-tests among them, writes the export."""
+    return copy.deepcopy(_machine_info())
+
+
+@functools.cache
+def _machine_info() -> dict[str, Any]:
+    return benchmark_plugin.pytest_benchmark_generate_machine_info()
 
 
 def describe(perf: PerfSession, output_json: dict[str, Any]) -> None:
