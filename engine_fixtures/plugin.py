@@ -131,6 +131,15 @@ def pytest_benchmark_generate_machine_info(config: pytest.Config) -> dict:
     return machine_info()
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_benchmark_scale_unit(config: pytest.Config, unit: str, benchmarks: list, best: dict, worst: dict,
+                                sort: str) -> tuple[str, float] | None:
+    """pytest-benchmark's table shows the suite's result entries unscaled, in their metric's unit."""
+    from engine_fixtures.session.benchmarks import unscaled
+
+    return unscaled(config, unit, benchmarks)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: object, output_json: dict) -> None:
     """Every pytest-benchmark JSON of a run names the suite's results it was exported from."""

@@ -193,6 +193,16 @@ def describe(perf: PerfSession, output_json: dict[str, Any]) -> None:
                                             "run_token": perf.run_token}
 
 
+def unscaled(config: Any, unit: str, benchmarks: Sequence[Mapping[str, Any]]) -> tuple[str, float] | None:
+    """pytest-benchmark's time scale for a table of the suite's result entries: none, ``("", 1.0)``, for their values
+    are in their metric's unit (req/s, ms, ratios), not seconds to be shown as ms; None (pytest-benchmark's own
+    scaling) for any other table, or where the user chose ``--benchmark-time-unit``."""
+    chosen = config.getoption("benchmark_time_unit", None) if config is not None else None
+    if unit != "seconds" or chosen not in (None, "auto") or not benchmarks:
+        return None
+    return ("", 1.0) if all(b.get("options") == SUITE_OPTIONS for b in benchmarks) else None
+
+
 def session_of(config: Any) -> Any:
     """pytest-benchmark's session of this run (None where it is not loaded, ``-p no:benchmark``)."""
     return config.pluginmanager.get_plugin(PLUGIN)

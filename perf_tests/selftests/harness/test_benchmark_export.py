@@ -11,7 +11,7 @@ import json
 import pytest
 
 from engine_fixtures.judge.verdicts import Verdict
-from engine_fixtures.session.benchmarks import verdict_info
+from engine_fixtures.session.benchmarks import SUITE_OPTIONS, unscaled, verdict_info
 from perf_tests.support import benchmark_files
 
 pytest_plugins = ("pytester",)
@@ -27,7 +27,8 @@ WORK = {"slow": 400_000, "fast": 100_000}
 
 def result(arm):
     return RunResult(f"demo/arm={arm}", {"arm": arm},
-                     {"requests_per_s": RATES[arm], "latency_p50_ms": tuple(1000 / r for r in RATES[arm])})
+                     {"requests_per_s": RATES[arm], "latency_p50_ms": tuple(1000 / r for r in RATES[arm]),
+                      "rel.requests_per_s": tuple(r / 12.5 for r in RATES[arm])})
 
 
 @pytest.mark.parametrize("arm", ["a", "b"])
@@ -50,7 +51,7 @@ def test_timed(benchmark, perf_invariant):
 def test_plain(benchmark):
     benchmark.pedantic(sum, args=([1, 2],), rounds=3)
 """
-SUITE = {f"demo/arm={arm}::{m}" for arm in "ab" for m in ("requests_per_s", "latency_p50_ms")}
+SUITE = {f"demo/arm={arm}::{m}" for arm in "ab" for m in ("requests_per_s", "latency_p50_ms", "rel.requests_per_s")}
 TIMED = {"test_timed[slow]", "test_timed[fast]"}
 
 
@@ -71,7 +72,10 @@ def run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
 
 def test_every_arm_and_metric_is_an_entry_with_its_verdict(demo: pytest.Pytester) -> None:
     out = demo.path / "export.json"
-    run(demo, "--benchmark-json", str(out))
+    r = run(demo, "--benchmark-json", str(out))
+    # pytest-benchmark's own table of the run: the suite's entries in their metric's unit, never rescaled as times
+    r.stdout.fnmatch_lines(["*benchmark 'rel.requests_per_s': 2 tests*", "Name (time in s) *", "*",
+                            "demo/arm=a *0.8080*"])  # its median, 0.808 x control, not 808 "ms"
     (data,) = benchmark_files.runs(out)
     entries = {e["fullname"].removeprefix("test_demo.py::"): e for e in data["benchmarks"]}
     assert set(entries) == SUITE | TIMED | {"test_plain"}
@@ -132,7 +136,7 @@ def test_compare_reads_two_autosaved_runs(demo: pytest.Pytester) -> None:
     r = benchmark_files.compare("--columns", "min,median,max,rounds", cwd=demo.path)  # every saved run
     assert r.returncode == 0, r.stderr
     for name in ("demo/arm=a", "demo/arm=b", "test_timed[fast]", "test_timed[slow]"):
-        assert r.stdout.count(f"{name} (") == 2 * (2 if name.startswith("demo") else 1), (name, r.stdout)
+        assert r.stdout.count(f"{name} (") == 2 * (3 if name.startswith("demo") else 1), (name, r.stdout)
 
 
 def test_an_entry_names_its_own_row_else_the_worst_that_judges_it() -> None:
@@ -145,3 +149,10 @@ def test_an_entry_names_its_own_row_else_the_worst_that_judges_it() -> None:
     assert (judged["verdict"], judged["catches"]) == ("regression", 0.1)
     assert [j["verdict"] for j in judged["judged_by"]] == ["pass", "inconclusive", "regression"]
     assert verdict_info(None, [])["verdict"] is None
+
+
+def test_a_table_of_the_suites_entries_is_not_rescaled_as_times() -> None:
+    suite = [{"options": SUITE_OPTIONS}, {"options": dict(SUITE_OPTIONS)}]
+    assert unscaled(None, "seconds", suite) == ("", 1.0)
+    assert unscaled(None, "seconds", [*suite, {"options": {"timer": "perf_counter"}}]) is None  # a timed entry
+    assert unscaled(None, "operations", suite) is None
