@@ -15,10 +15,11 @@ run's results are exported as pytest-benchmark entries, which pytest-benchmark i
   metric), or of the rows that judge it (a microbenchmark's invariant); ``judged_by``: every row that judges it;
   ``unit`` and ``better`` (the metric's direction). The results JSON, the run history and the pools stay the
   suite's own; this is an export of them, not another store.
-- ``write(config, bench, path)``: every run that recorded results also writes that export beside its results JSON
-  (``benchmark-<stamp>.json``), made as pytest-benchmark makes its ``--benchmark-json``: its machine_info and
-  commit_info hooks, ``pytest_benchmark_generate_json`` with every round's data, ``pytest_benchmark_update_json``
-  (the suite's implementation, ``describe``, names the results JSON the export was made from).
+- ``write(config, bench, where, stamp)``: every run that recorded results also saves that export beside its results
+  JSON (``NNNN_benchmark_<stamp>.json``, through pytest-benchmark's ``FileStorage``), made as pytest-benchmark makes
+  its ``--benchmark-json``: its machine_info and commit_info hooks, ``pytest_benchmark_generate_json`` with every
+  round's data, ``pytest_benchmark_update_json`` (the suite's implementation, ``describe``, names the results JSON
+  the export was made from). ``pytest-benchmark --storage .perf-results compare`` reads every such run.
 """
 
 from __future__ import annotations
@@ -32,12 +33,11 @@ from typing import Any, Protocol
 
 from pytest_benchmark import plugin as benchmark_plugin
 from pytest_benchmark.stats import Metadata
-from pytest_benchmark.utils import safe_dumps
+from pytest_benchmark.storage.file import FileStorage
 
 from engine_fixtures.errors import ConfigError
 from engine_fixtures.judge.metrics import is_known, metric
 from engine_fixtures.judge.verdicts import STATUSES, Verdict
-from engine_fixtures.store.files import atomic_write_text
 
 ROUNDS_KEY = "arm_of_round"  # a timed record's extra_info: the arm each of its rounds ran
 PLUGIN = "pytest-benchmark"  # the name pytest-benchmark registers its session under
@@ -161,15 +161,19 @@ def verdict_info(own: Verdict | None, judging: Sequence[Verdict]) -> dict[str, A
             "judged_by": [{"row": v.metric, "verdict": v.status, "catches": v.detectable} for v in judging]}
 
 
-def write(config: Any, bench: Any, path: Path) -> Path:
-    """The session's entries (``bench.benchmarks``) as a pytest-benchmark JSON file at ``path``."""
+def write(config: Any, bench: Any, where: Path, stamp: str) -> Path:
+    """The session's entries (``bench.benchmarks``) as a pytest-benchmark JSON file, saved by its ``FileStorage`` into
+    ``where`` as ``NNNN_benchmark_<stamp>.json``: numbered as ``--benchmark-save`` numbers runs, so that
+    ``pytest-benchmark compare`` tells two runs apart (it names a run by the first 12 characters of its file)."""
     machine_info = bench.get_machine_info()
     commit_info = config.hook.pytest_benchmark_generate_commit_info(config=config)
     config.hook.pytest_benchmark_update_commit_info(config=config, commit_info=commit_info)
     output = config.hook.pytest_benchmark_generate_json(config=config, benchmarks=bench.benchmarks, include_data=True,
                                                         machine_info=machine_info, commit_info=commit_info)
     config.hook.pytest_benchmark_update_json(config=config, benchmarks=bench.benchmarks, output_json=output)
-    atomic_write_text(path, safe_dumps(output, ensure_ascii=True, indent=4) + "\n")
+    storage = FileStorage(where, logger=bench.logger)
+    storage.save(output, f"benchmark_{stamp}")
+    (path,) = storage.query(f"*_benchmark_{stamp}")
     return path
 
 

@@ -244,8 +244,8 @@ class PerfSession:
             return
         results = self.written[0]
         try:
-            self.written.append(benchmarks.write(config, bench, results.with_name(
-                results.name.replace("results-", "benchmark-", 1))))
+            self.written.append(benchmarks.write(config, bench, results.parent,
+                                                 results.stem.removeprefix("results-")))
         except OSError as exc:
             self.failures.append(f"the pytest-benchmark export was not written ({exc}); this run's results are in "
                                  f"{results}, and --benchmark-json PATH writes the export elsewhere")

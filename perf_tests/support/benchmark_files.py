@@ -36,7 +36,9 @@ def benchmarks(*files: Path) -> list[dict[str, Any]]:
     return list(storage(files[0].parent).load_benchmarks(*map(str, files)))
 
 
-def compare(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``pytest-benchmark compare ARGS`` run in ``cwd`` (it imports a ``conftest.py`` found there)."""
-    return subprocess.run([str(COMPARE), "compare", *args], cwd=cwd, capture_output=True, text=True, timeout=120,
-                          check=False)
+def compare(*args: str, cwd: Path, storage: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``pytest-benchmark [--storage STORAGE] compare ARGS`` run in ``cwd`` (it imports a ``conftest.py`` found
+    there, and parses the pytest configuration it finds from there)."""
+    where = ("--storage", f"file://{storage}") if storage is not None else ()
+    return subprocess.run([str(COMPARE), *where, "compare", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, check=False)

@@ -12,7 +12,7 @@ import pytest
 
 from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.session.benchmarks import SUITE_OPTIONS, unscaled, verdict_info
-from perf_tests.support import benchmark_files
+from perf_tests.support import REPO_ROOT, benchmark_files
 
 pytest_plugins = ("pytester",)
 
@@ -81,7 +81,9 @@ def test_every_arm_and_metric_is_an_entry_with_its_verdict(demo: pytest.Pytester
     assert set(entries) == SUITE | TIMED | {"test_plain"}
     (results,) = (demo.path / "out").glob("results-*.json")  # the suite's own file, which the export names
     assert data["sglang_perf_suite"]["results"] == str(results)
-    (beside,) = benchmark_files.runs(results.with_name(results.name.replace("results-", "benchmark-")))
+    (saved,) = (demo.path / "out").glob("0001_benchmark_*.json")  # pytest-benchmark's FileStorage numbers runs
+    assert saved.name == f"0001_benchmark_{results.stem.removeprefix('results-')}.json"
+    (beside,) = benchmark_files.runs(saved)
     assert [e["fullname"] for e in beside["benchmarks"]] == [e["fullname"] for e in data["benchmarks"]]
     a = entries["demo/arm=a::requests_per_s"]
     assert (a["name"], a["group"], a["param"]) == ("demo/arm=a", "requests_per_s", "requests_per_s")
@@ -137,6 +139,15 @@ def test_compare_reads_two_autosaved_runs(demo: pytest.Pytester) -> None:
     assert r.returncode == 0, r.stderr
     for name in ("demo/arm=a", "demo/arm=b", "test_timed[fast]", "test_timed[slow]"):
         assert r.stdout.count(f"{name} (") == 2 * (3 if name.startswith("demo") else 1), (name, r.stdout)
+    # from this repository's root, where it imports conftest.py and parses pyproject.toml (warnings are errors)
+    r = benchmark_files.compare(*map(str, files), cwd=REPO_ROOT)
+    assert r.returncode == 0, r.stderr
+    assert "demo/arm=b" in r.stdout
+    # the same two runs as every run saves them beside its results JSON, told apart by their numbers
+    r = benchmark_files.compare("-k", "requests_per_s", cwd=demo.path, storage=demo.path / "out")
+    assert r.returncode == 0, r.stderr
+    for run_number in ("0001", "0002"):
+        assert r.stdout.count(f"demo/arm=a ({run_number}_benchma)") == 2, r.stdout  # req/s and rel.req/s
 
 
 def test_an_entry_names_its_own_row_else_the_worst_that_judges_it() -> None:
