@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,8 +36,8 @@ from pytest_benchmark import plugin as benchmark_plugin
 from pytest_benchmark.stats import Metadata
 from pytest_benchmark.storage.file import FileStorage
 
-from engine_fixtures.errors import ConfigError
-from engine_fixtures.judge.metrics import is_known, metric
+from engine_fixtures.errors import ConfigError, MeasurementError
+from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.verdicts import STATUSES, Verdict
 
 ROUNDS_KEY = "arm_of_round"  # a timed record's extra_info: the arm each of its rounds ran
@@ -82,7 +83,7 @@ def timed_rounds(benchmark: Any, target: Callable[[str], object], order: Sequenc
     if not benchmark.enabled:
         raise ConfigError("pytest-benchmark is disabled (--benchmark-disable, or under pytest-xdist): this "
                           "microbenchmark's verdict reads its timings; run without --benchmark-disable and -n")
-    turn = iter(range(1 << 62))
+    turn = itertools.count()
 
     def setup() -> tuple[tuple[str], dict[str, Any]]:
         return (order[next(turn) % len(order)],), {}
@@ -98,7 +99,8 @@ def by_arm(record: Metadata) -> dict[str, list[float]]:
     order = record.extra_info[ROUNDS_KEY]
     data = record.stats.data
     if len(data) != len(order):
-        raise ConfigError(f"{record.fullname}: pytest-benchmark timed {len(data)} rounds of the rig's {len(order)}")
+        raise MeasurementError(f"{record.fullname}: pytest-benchmark timed {len(data)} rounds of the rig's "
+                               f"{len(order)}")
     out: dict[str, list[float]] = {arm: [] for arm in order}
     for arm, seconds in zip(order, data, strict=True):
         out[arm].append(seconds)
@@ -143,9 +145,9 @@ def suite_entries(perf: PerfSession) -> list[Metadata]:
             continue
         own = {v.metric: v for v in rec.verdicts}
         for name, values in rec.result.samples.items():
-            known = metric(name) if is_known(name) else None
+            known = metric(name)  # a RunResult's metrics all resolve (store.results)
             info = {"scenario": rec.scenario, "arm": dict(rec.arm), "metric": name, "test": rec.nodeid,
-                    "unit": known.unit if known else "", "better": known.direction if known else "",
+                    "unit": known.unit, "better": known.direction,
                     **verdict_info(own.get(name), judging.get(rec.scenario, []))}
             of = Entry(rec.scenario, f"{rec.scenario}::{name}", name, name, {"metric": name, **rec.arm}, info)
             out.append(entry(of, values, SUITE_OPTIONS))
@@ -191,7 +193,7 @@ def _machine_info() -> dict[str, Any]:
 
 def describe(perf: PerfSession, output_json: dict[str, Any]) -> None:
     """pytest-benchmark's JSON (any of its files, ``pytest_benchmark_update_json``) names the suite's run it came
-    from: the results JSON, the run id and the machine key."""
+    from: the results JSON, the machine key and the run's token."""
     if perf.written:
         output_json["sglang_perf_suite"] = {"results": str(perf.written[0]), "machine_key": perf.machine_key,
                                             "run_token": perf.run_token}
