@@ -125,6 +125,34 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             raise ConfigError(error)
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_benchmark_generate_machine_info(config: pytest.Config) -> dict:
+    """pytest-benchmark's own machine_info, once per process (``session.benchmarks.machine_info``)."""
+    from engine_fixtures.session.benchmarks import machine_info
+
+    return machine_info()
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_benchmark_scale_unit(config: pytest.Config, unit: str, benchmarks: list, best: dict, worst: dict,
+                                sort: str) -> tuple[str, float] | None:
+    """pytest-benchmark's table shows the suite's result entries unscaled, in their metric's unit."""
+    from engine_fixtures.session.benchmarks import unscaled
+
+    return unscaled(config, unit, benchmarks)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_json(config: pytest.Config, benchmarks: object, output_json: dict) -> None:
+    """Every pytest-benchmark JSON of a run names the suite's results it was exported from."""
+    from engine_fixtures.session.benchmarks import describe
+    from engine_fixtures.session.perf_session import SESSION_KEY
+
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None:
+        describe(session, output_json)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, object, object]:
     report = yield

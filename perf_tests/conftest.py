@@ -49,22 +49,31 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Callable[[str, str], Path]]:
 # under perf_tests/), so a new test in one of them inherits its module's rule; a new module that starts processes
 # belongs in one of these lists.
 # A group is a lock held from setup to teardown (``pytest_runtest_protocol`` below), not only xdist's loadgroup:
-# pytest 9 gives a node its id from ``Node._id``, and xdist 3.8's loadgroup still rewrites ``_nodeid``, so its groups
-# silently stopped grouping (found 2026-12-04: one module's tests ran on both workers). The ``xdist_group`` mark stays
-# so that an xdist that groups again keeps a group on one worker, where the lock never waits.
+# pytest 9.2 gives a node its id from ``Node._id``, and xdist 3.8's loadgroup still rewrites ``_nodeid``, so its groups
+# silently stopped grouping (found 2026-12-04: one module's tests ran on both workers; pytest-dev/pytest-xdist#1386).
+# The unit env keeps pytest below 9.2 (constraints/cpu-box.txt), where loadgroup sends a group's tests to one worker
+# as one unit: the lock never waits there, and the other worker runs everything else instead of waiting on it. The
+# lock stays for an env without that pin.
 # One group: every module that starts SGLang-titled stub engines or process trees, directly or in a run of pytest
 # inside a test, runs one test at a time. Two such tests used to run side by side, and a factory stopping its
 # engine in one took an owner-less or neighbour's /dev/shm pool of the other for its own leak and removed it (CI,
 # 2026-12-04: the crash test and the live-neighbour test failed that way).
+# A second group: runs of pytest inside a test whose tests measure, but start no engine, process tree or rig (their
+# results are made up in the test file): each takes the perf machine lock (one measuring run per machine), so two at
+# once would only wait for each other; in sequence they never wait. They count no process and no /dev/shm pool, so
+# they run beside the engine trees (until 2026-12-06 they were in that group: the group's one-at-a-time run was
+# CI's critical path, 490 s of a 722 s unit run on a loaded 2-core box); where one of them and an engine tree's own
+# run of pytest measure at once, one waits for the machine lock, as two suites on one box do.
 XDIST_GROUPS: dict[str, tuple[str, ...]] = {
-    # Runs of pytest inside a test whose tests measure: each takes the perf machine lock (one measuring run per
-    # machine), so two at once would only wait for each other; in sequence they never wait.
+    "machine-lock": (
+        "selftests/judge/test_perf_record.py", "selftests/judge/test_unreadable_pool.py",
+        "selftests/history/test_history_session.py", "selftests/history/test_secrets.py",
+        "selftests/harness/test_preflight.py", "selftests/harness/test_plugin.py",
+    ),
     "engine-trees": (
+        # Runs of pytest inside a test that measure with stub engines (the machine lock, as above, and the trees).
         "selftests/engine/test_engine_scenarios_stub.py", "selftests/engine/test_live_stub.py",
-        "selftests/engine/test_group_stub.py", "selftests/judge/test_perf_record.py",
-        "selftests/judge/test_unreadable_pool.py", "selftests/history/test_history_session.py",
-        "selftests/history/test_secrets.py", "selftests/harness/test_preflight.py",
-        "selftests/harness/test_plugin.py",
+        "selftests/engine/test_group_stub.py",
         # SGLang-titled stub engines and process trees started by the test itself: one such tree at a time (their
         # leak checks and fault cycles count processes and /dev/shm pools by owner).
 
@@ -75,6 +84,10 @@ XDIST_GROUPS: dict[str, tuple[str, ...]] = {
         "selftests/profile/test_profile_cpu_tier.py", "selftests/profile/test_profile_stub_engine.py",
         "selftests/profile/test_profile_tree.py", "selftests/profile/test_profile_units.py",
         "selftests/profile/test_refusal.py",
+        # A multiprocessing Pool in the test leaves POSIX semaphores (sem.mp-*), which an engine factory's leak check
+        # beside it takes for an SGLang leftover (OWNERLESS_PREFIXES) and removes: the pool's finaliser then failed
+        # in sem_unlink (FileNotFoundError, CI 2026-12-06, beside the engine trees on the other worker).
+        "sglang/transport/test_shm_lifecycle.py",
     ),
 }
 # Nothing else runs while these do (they join the engine trees' group, so they never wait for one of those
@@ -99,7 +112,7 @@ EXCLUSIVE: tuple[str, ...] = (
 )
 _HERE = Path(__file__).parent
 _SHARE_KEY = pytest.StashKey[IO[bytes]]()
-_GROUP_KEY = pytest.StashKey[IO[bytes]]()  # the one group's lock (every listed module is in "engine-trees")
+_GROUP_KEY = pytest.StashKey[dict[str, IO[bytes]]]()  # each group's lock, by name (EXCLUSIVE is in "engine-trees")
 _HELD_KEY = pytest.StashKey[bool]()  # this worker holds the group lock and an exclusive share lock across tests
 
 
@@ -110,12 +123,19 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", "xdist_group(name): pytest-xdist runs a group's tests on one worker.")
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:  # an xdist worker: the run's lock files, shared by its workers
-        for key, suffix in ((_SHARE_KEY, ""), (_GROUP_KEY, "-group")):
-            path = Path(tempfile.gettempdir()) / f"perf-selftests-{workerinput['testrunuid']}{suffix}.lock"
-            config.stash[key] = path.open("a+b")  # closed by the cleanup below
-            config.add_cleanup(config.stash[key].close)
-            if workerinput.get("workerid") == "gw0":
-                config.add_cleanup(lambda path=path: path.unlink(missing_ok=True))
+        config.stash[_SHARE_KEY] = _lock_file(config, workerinput, "")
+        config.stash[_GROUP_KEY] = {name: _lock_file(config, workerinput, f"-{name}") for name in XDIST_GROUPS}
+
+
+def _lock_file(config: pytest.Config, workerinput: dict, suffix: str) -> IO[bytes]:
+    """The run's lock file ``perf-selftests-<run>SUFFIX.lock``, open for this worker; closed at its end, and
+    removed by gw0."""
+    path = Path(tempfile.gettempdir()) / f"perf-selftests-{workerinput['testrunuid']}{suffix}.lock"
+    handle = path.open("a+b")
+    config.add_cleanup(handle.close)
+    if workerinput.get("workerid") == "gw0":
+        config.add_cleanup(lambda: path.unlink(missing_ok=True))
+    return handle
 
 
 _GROUP_OF = {path: name for name, paths in XDIST_GROUPS.items() for path in paths} | dict.fromkeys(
@@ -144,11 +164,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if share is None:
         yield
         return
-    group = item.config.stash[_GROUP_KEY]
+    mark = item.get_closest_marker("xdist_group")
+    group = item.config.stash[_GROUP_KEY][mark.args[0]] if mark is not None else None
     exclusive = item.get_closest_marker("exclusive") is not None
-    grouped = item.get_closest_marker("xdist_group") is not None
     if not item.config.stash.get(_HELD_KEY, False):
-        if grouped:
+        if group is not None:
             fcntl.flock(group, fcntl.LOCK_EX)
         fcntl.flock(share, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
     try:
@@ -158,5 +178,5 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         item.config.stash[_HELD_KEY] = keep
         if not keep:
             fcntl.flock(share, fcntl.LOCK_UN)
-            if grouped:
+            if group is not None:
                 fcntl.flock(group, fcntl.LOCK_UN)

@@ -65,9 +65,9 @@ class Rig:
         address = os.path.join(tmp, f"c{seed}.sock")
         extra = {AUTHKEY_ENV: secrets.token_bytes(16).hex()}
         plog, clog = Path(tmp, f"producer-{seed}.log"), Path(tmp, f"consumer-{seed}.log")
-        cons = Supervised.start(_launch("consumer", (address,), clog, extra))
-        stack.callback(_stop, cons, None)
-        if _readline(cons, START_DEADLINE_S) != "listening":
+        cons = Supervised.start(launch("consumer", (address,), clog, extra))
+        stack.callback(stop_child, cons, None)
+        if readline(cons, START_DEADLINE_S) != "listening":
             raise ProcessStartError(f"cpu_tier consumer did not listen on {address} (exit {cons.proc.poll()}); "
                                     f"its log:\n{log_tail(clog)}")
         if arm.wait_policy == "passive":
@@ -75,14 +75,14 @@ class Rig:
         spec = {"copy": copy_impl or arm.copy, "spin_ms": spin_ms, "threads": arm.thread_count(),
                 "resolution": arm.resolution, "concurrency": arm.concurrency, "address": address, "seed": seed}
         try:
-            proc = Supervised.start(_launch("producer", (json.dumps(spec),), plog, extra), sandbox=quota)
+            proc = Supervised.start(launch("producer", (json.dumps(spec),), plog, extra), sandbox=quota)
         except QuotaNotPermitted as exc:
             raise ProcessStartError(f"cpu_tier producer for {arm.id} could not join cgroup {quota.path} "
                                     f"({exc.__cause__}; exists: {quota.path.exists()}); was it removed by someone "
                                     "else's cleanup?") from exc.__cause__
-        stack.callback(_stop, proc, json.dumps({"stop": True}))
+        stack.callback(stop_child, proc, json.dumps({"stop": True}))
         rig = cls(arm, quota, proc, cons, (plog, clog))
-        line = _readline(proc, START_DEADLINE_S)
+        line = readline(proc, START_DEADLINE_S)
         if not line.startswith("{") or not json.loads(line).get("ready"):
             raise ProcessStartError(f"cpu_tier producer for {arm.id} did not start (exit {proc.proc.poll()}):\n"
                                     f"{rig.tails()}")
@@ -102,7 +102,7 @@ class Rig:
                 self.producer.proc.stdin.flush()
             except OSError:
                 pass  # a dead producer is reported by the read below, with its log
-            line = _readline(self.producer, WINDOW_DEADLINE_S)
+            line = readline(self.producer, WINDOW_DEADLINE_S)
             self.semaphores |= mapped_semaphores((*self.quota.pids(), self.consumer.pid))
         if not line:
             self.producer.proc.wait(timeout=STOP_DEADLINE_S)
@@ -127,7 +127,7 @@ class Rig:
         return m
 
 
-def _launch(role: str, args: tuple[str, ...], log: Path, extra: dict[str, str]) -> LaunchSpec:
+def launch(role: str, args: tuple[str, ...], log: Path, extra: dict[str, str]) -> LaunchSpec:
     """``python -m engine_fixtures.cpu_tier.<role> ARGS``: JSON lines over stdin/stdout, stderr to ``log``,
     in this process's session (scheduled as before), with the curated child environment plus ``extra``."""
     return LaunchSpec((sys.executable, "-m", f"engine_fixtures.cpu_tier.{role}", *args), log,
@@ -135,7 +135,7 @@ def _launch(role: str, args: tuple[str, ...], log: Path, extra: dict[str, str]) 
                       new_session=False)
 
 
-def _readline(child: Supervised, deadline_s: float) -> str:
+def readline(child: Supervised, deadline_s: float) -> str:
     """One stdout line of ``child`` within ``deadline_s`` ('' at EOF); ProcessCrashed on timeout."""
     proc = child.proc
     ready, _, _ = select.select([proc.stdout], [], [], deadline_s)
@@ -145,7 +145,7 @@ def _readline(child: Supervised, deadline_s: float) -> str:
     return proc.stdout.readline().strip()
 
 
-def _stop(child: Supervised, stop_line: str | None) -> None:
+def stop_child(child: Supervised, stop_line: str | None) -> None:
     """Ask ``child`` to stop (or let it see EOF) and give it ``STOP_DEADLINE_S``; then stop its tree
     (SIGKILL what is left, ``LeakError`` if anything survives; the pipes are closed)."""
     proc = child.proc

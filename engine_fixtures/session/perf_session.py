@@ -38,7 +38,7 @@ import os
 import tempfile
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from engine_fixtures.machine import host_of
 from engine_fixtures.options import Settings
 from engine_fixtures.profile.report import ProfileBook
 from engine_fixtures.report.table import Row, markdown, rows_for, terminal_table
+from engine_fixtures.session import benchmarks
 from engine_fixtures.session.settings import SETTINGS_KEY
 from engine_fixtures.store.baselines import UPDATE_HINT, Baseline, BaselineStore, MissingBaseline
 from engine_fixtures.store.files import atomic_write_text
@@ -70,6 +71,7 @@ class Record:
     baseline_path: str | None = None
     judges: tuple[str, ...] = ()  # an invariant: the measured scenarios (its arms) whose run it judges
     expected: bool = False  # an invariant's regression that a strict xfail expects (a known regression)
+    result: RunResult | None = None  # the measured result these rows judge (None: an invariant's, a contrast's)
 
 
 class PerfSession:
@@ -101,7 +103,7 @@ class PerfSession:
                baseline_path: Path | None) -> None:
         self.results.append(result)
         self.records.append(Record(nodeid, result.scenario, result.arm, tuple(verdicts),
-                                   str(baseline_path) if baseline_path else None))
+                                   str(baseline_path) if baseline_path else None, result=result))
 
     def pool(self, scenario: str) -> Baseline | MissingBaseline:
         """The pool that judges ``scenario`` (``BaselineStore.load``); an unreadable one is a ``MissingBaseline``
@@ -235,6 +237,19 @@ class PerfSession:
         except Exception as exc:  # a plot failure must not hide the verdicts
             self.errors.append(f"HTML report failed: {type(exc).__name__}: {exc}")
 
+    def write_export(self, config: pytest.Config, bench: Any) -> None:
+        """The pytest-benchmark export beside the results JSON (``session.benchmarks.write``); a failure is a line
+        in ``failures``, the results JSON stays."""
+        if not self.written:
+            return
+        results = self.written[0]
+        try:
+            self.written.append(benchmarks.write(config, bench, results.parent,
+                                                 results.stem.removeprefix("results-")))
+        except OSError as exc:
+            self.failures.append(f"the pytest-benchmark export was not written ({exc}); this run's results are in "
+                                 f"{results}, and --benchmark-json PATH writes the export elsewhere")
+
     def write_history(self, results: ResultsFile, path: Path) -> list[tuple[str, Any]]:
         """Append this run to the run history (``--perf-history-url``); returns the HTML report's trend plots.
         A history that cannot be opened or written is an error line with the fix, never a lost results file."""
@@ -298,13 +313,18 @@ class PerfSession:
                 "--perf-strict no) to accept a run that only reports")
 
     # pytest hooks of the registered plugin object
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if hasattr(session.config, "workerinput"):
-            return
-        self.finish()
-        if self.session_failures() and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
+        """Before any other plugin's: this run's files first, then its entries into pytest-benchmark's session,
+        which saves them in its own ``pytest_sessionfinish`` (``session.benchmarks``)."""
+        if not hasattr(session.config, "workerinput"):
+            self.finish()
+            if (bench := benchmarks.session_of(session.config)) is not None:
+                benchmarks.export(bench, self)
+                self.write_export(session.config, bench)
+            if self.session_failures() and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        yield
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         for finding in self.findings:

@@ -1,7 +1,8 @@
 """One engine, many arms, end to end through pytest with the stub engine in place of SGLang: the copy arms are
 switched live on one stub engine (its stand-in ShmPointerMMData; the torch copy made 25 ms slower by the stub), every
 visit is proved, the contrasts decide the right way in one run with no pool, each arm's windows are kept with
-their blocks and per-request records, and the arm measured against the group's control carries its ratios."""
+their blocks and per-request records, the arm measured against the group's control carries its ratios, and the
+pytest-benchmark export (``--benchmark-json``) has one entry per arm and metric with its windows and its verdict."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
+
+from perf_tests.support import benchmark_files
 
 pytest_plugins = ("pytester",)
 
@@ -62,11 +65,20 @@ def test_live_arms_on_one_stub_engine_decide_in_one_run(pytester: pytest.Pyteste
         "-rsx", "-p", "no:cacheprovider", "--perf-baseline-dir", str(pytester.path / "bl"), "--perf-results-dir",
         str(out), "--perf-model-shape", "tiny", "--perf-repeats", "3", "--perf-max-repeats", "5",
         "--perf-window-s", "0.4", "--perf-warmup-s", "0.1", "--perf-strict", "yes", "--perf-cpu-quota", "none",
-        "--perf-profile", "off", timeout=600)
+        "--perf-profile", "off", "--benchmark-json", str(pytester.path / "benchmark.json"), timeout=600)
     r.assert_outcomes(passed=2, xfailed=1, skipped=2)
     r.stdout.fnmatch_lines(["*no-baseline*"])
     (path,) = out.glob("results-*.json")
     data = json.loads(path.read_text())
+    # the GPU tier's export: one pytest-benchmark entry per arm and metric, its windows and its own verdict
+    (export,) = benchmark_files.runs(pytester.path / "benchmark.json")
+    entries = {e["fullname"]: e for e in export["benchmarks"]}
+    assert len(entries) == sum(len(res["samples"]) for res in data["results"])
+    for res in data["results"]:
+        for name, values in res["samples"].items():
+            info = entries[f"{res['scenario']}::{name}"]
+            assert info["stats"]["data"] == values
+            assert info["extra_info"]["verdict"] == data["verdicts"][res["scenario"]].get(name)
     arms = {res["metadata"]["live_arm"]: res for res in data["results"] if res["scenario"].endswith("/live")}
     assert set(arms) == {"buffer", "torch", "buffer-c1"}
     c1 = arms.pop("buffer-c1")  # a measured row: its own load (C=1, switched live), its first two blocks only

@@ -159,13 +159,16 @@ def test_a_results_dir_that_could_not_be_written_is_refused_at_start(
 
 
 def test_a_results_dir_with_odd_characters_gets_every_file(suite: pytest.Pytester) -> None:
-    """Spaces, %, ?, #, @, :, a newline and a tab in its name: results, history, summary and report are written."""
+    """Spaces, %, ?, #, @, :, a newline and a tab in its name: results, history, summary, report and the
+    pytest-benchmark export are written."""
     out = suite.path / "out dir %s%%2F ?x=1 #f @h:1\n\t"
     r = run(suite, "--perf-results-dir", str(out), history=True)
     assert r.ret == pytest.ExitCode.OK, r.stdout.str()
     assert "FAILED" not in r.stdout.str()
     (results,) = out.glob("results-*.json")
-    assert sorted(p.name for p in out.iterdir()) == ["history.sqlite", "report.html", results.name, "summary.md"]
+    export = f"0001_benchmark_{results.stem.removeprefix('results-')}.json"
+    assert sorted(p.name for p in out.iterdir()) == [
+        export, "history.sqlite", "report.html", results.name, "summary.md"]
     with sqlite3.connect(out / "history.sqlite") as db:
         assert db.execute("SELECT count(*) FROM runs").fetchone() == (1,)
 

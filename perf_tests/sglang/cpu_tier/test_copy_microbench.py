@@ -1,11 +1,13 @@
 """Microbenchmarks of the two SHM copy arms (``ShmTensor.create``: fresh segment, fallocate, copy; then unlink),
 by size and intra-op thread count.
 
-The under-quota cases run the copy loop in a child started inside a real ``CpuQuota`` (the quota must not hold
-pytest itself) with the arms alternated per round, and are judged: the buffer copy must beat torch's by >= 1.05x
-in copies/s, paired by round (``perf_invariant``). The in-process cases only check each arm's copy bytewise and
-that it leaves no segment: without a quota no relation between the arms holds (torch fans out over the CPUs),
-and a time that no verdict reads is not a test (they were timed by pytest-benchmark and never judged).
+The under-quota cases run the copies in a child started inside a real ``CpuQuota`` (the quota must not hold pytest
+itself), served round by round with the arms alternated (torch buffer, buffer torch, ...), and each round is timed
+by pytest-benchmark's ``benchmark`` fixture in pedantic mode (the rig decides the rounds, their order and the quota).
+They are judged from pytest-benchmark's own timings: the buffer copy must beat torch's by >= 1.05x in copies/s,
+paired by round (``perf_invariant``); pytest-benchmark shows and saves one entry per arm (``--benchmark-json``).
+The in-process cases only check each arm's copy bytewise and that it leaves no segment: without a quota no
+relation between the arms holds (torch fans out over the CPUs), and a time that no verdict reads is not a test.
 """
 
 from __future__ import annotations
@@ -16,12 +18,11 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from engine_fixtures.cpu_tier.copyloop import MB, under_quota_until_decided
+from engine_fixtures.cpu_tier.copyloop import MB, CopyLoop, round_order
 from engine_fixtures.isolation.leaks import foreign_suite_segment
-from engine_fixtures.judge.paired import judge_invariant
-from engine_fixtures.judge.sequential import Budget
+from engine_fixtures.session.benchmarks import timed_rounds
 from engine_fixtures.transport.arms import COPY_ARMS
-from engine_fixtures.transport.shm import ShmTensor, list_segments, sweep_stale
+from engine_fixtures.transport.shm import ShmTensor, list_segments
 
 PREFIX = "perf_mbench_"
 CPUS = len(os.sched_getaffinity(0))
@@ -64,20 +65,14 @@ def test_copy_in_process_is_bytewise_and_leaves_no_segment(arm: str, mb: float, 
 @pytest.mark.parametrize("mb", QUOTA_SIZES)
 @pytest.mark.parametrize("quota", [0.5, pytest.param(1.0, marks=pytest.mark.slow)], ids=lambda q: f"quota={q}")
 def test_copy_under_quota(quota: float, mb: float, threads: int,  # type: ignore[no-untyped-def]
-                          perf_settings, perf_invariant) -> None:
+                          benchmark, perf_settings, perf_invariant) -> None:
     if CPUS < 2:
         pytest.skip("one visible CPU: torch's copy does not fan out, there is no penalty to show")
     label = f"buffer >= 1.05x torch, {mb:g} MB copies, quota {quota:g}, {threads} threads"
     # each arm's round copies ~600 MB (~0.3 s of CPU): several 100 ms CFS periods, so the quota really binds
-    budget = Budget(perf_settings.repeats, perf_settings.repeats, perf_settings.max_repeats)
-
-    def undecided(samples: dict[str, list[float]], alpha: float) -> bool:
-        verdict = judge_invariant(label, "copy_per_s", samples["torch"], samples["buffer"], 1.05,
-                                  alpha=alpha)
-        return verdict.status == "inconclusive"
-
-    try:
-        out = under_quota_until_decided(mb, threads, quota, max(10, int(600 / mb)), budget, undecided)
-    finally:
-        sweep_stale(PREFIX)
-    perf_invariant(label, "copy_per_s", out["torch"], out["buffer"], 1.05, alpha=budget.alpha_per_look())
+    copies = max(10, int(600 / mb))
+    with CopyLoop.start(mb, threads, quota, copies) as loop:
+        seconds = timed_rounds(benchmark, loop.round, round_order(COPY_ARMS, perf_settings.max_repeats), group=label,
+                               copies_per_round=copies, mb=mb)
+    per_s = {arm: [copies / s for s in rounds] for arm, rounds in seconds.items()}
+    perf_invariant(label, "copy_per_s", per_s["torch"], per_s["buffer"], 1.05)
