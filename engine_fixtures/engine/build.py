@@ -31,6 +31,7 @@ from engine_fixtures.errors import ConfigError
 from engine_fixtures.sglang_plugin.patches import PATCH_ENV, parse
 
 KINDS = ("venv", "python", "site", "wheel", "patch", "env")
+STORED = "stored"  # this runner's kept reference build (store.reference_build), resolved when a session starts
 VERSION_TIMEOUT_S = 60.0
 
 
@@ -101,8 +102,8 @@ def parse_reference(text: str, option: str = "--perf-reference") -> EngineBuild:
     ``installed`` is the suite's own interpreter and SGLang, unchanged."""
     if text.strip() == "installed":
         return EngineBuild()
-    if text.strip() == "stored":
-        return EngineBuild(label="stored", stored=True)
+    if text.strip() == STORED:
+        return EngineBuild(label=STORED, stored=True)
     forms = "venv:DIR, python:PATH, site:DIR, wheel:FILE.whl, patch:NAME=MS, env:K=V (join with '+')"
     python: str | None = None
     paths: list[str] = []

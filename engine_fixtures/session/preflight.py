@@ -106,6 +106,7 @@ def check(settings: Settings, machine_key: str) -> None:
 def resolve_builds(settings: Settings, machine_key: str) -> Settings:
     """``settings`` with ``--perf-reference stored`` (and ``--perf-candidate stored``) made the kept build of this
     machine key; ``ConfigError`` naming the fix where none is stored or it is unreadable."""
+    from engine_fixtures.engine.build import STORED
     from engine_fixtures.store.reference_build import ReferenceStore
 
     changed = {}
@@ -115,7 +116,7 @@ def resolve_builds(settings: Settings, machine_key: str) -> Settings:
             try:
                 changed[name] = ReferenceStore(Path(settings.baseline_dir), machine_key).build()
             except PerfError as exc:
-                raise ConfigError(_invalid(settings, name, "stored", str(exc), "or name the build itself") +
+                raise ConfigError(_invalid(settings, name, STORED, str(exc), "or name the build itself") +
                                   ". Nothing was started.") from None
     return replace(settings, **changed) if changed else settings
 

@@ -30,7 +30,6 @@ from engine_fixtures.store.files import atomic_write_text
 
 REFERENCE_DIR = "reference-build"
 MANIFEST = "manifest.json"
-STORED = "stored"  # --perf-reference stored
 FORMAT_VERSION = 1
 KEPT = ("venv", "site", "wheel")  # the build parts whose files are copied
 PROMOTE = f"perf-baseline reference promote BUILD ({', '.join(f'{k}:' for k in KEPT)})"
