@@ -230,8 +230,13 @@ class Stub:
             try:
                 resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
                 await resp.prepare(request)
+                # Token i is due at start + (i + 1) token times, the stub's stand-in for decode work: a late wake-up
+                # (a loaded box) is caught up at the next token instead of adding to every one, so the token time
+                # measured is the one given, as a GPU's step time is, whatever else the box runs.
+                loop, step = asyncio.get_running_loop(), self.a.stub_token_ms / 1000.0
+                start = loop.time()
                 for i in range(n):
-                    await asyncio.sleep(self.a.stub_token_ms / 1000.0)  # the stub's stand-in for decode work
+                    await asyncio.sleep(max(0.0, start + (i + 1) * step - loop.time()))
                     if i == 0:
                         self.ttft_l.observe(time.perf_counter() - t0)
                     if i == 1 and self.a.stub_mode == "crash-mid-load":
