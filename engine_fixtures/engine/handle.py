@@ -49,6 +49,7 @@ from engine_fixtures.isolation.process import (
     require_free_port,
 )
 from engine_fixtures.isolation.shm_space import require_shm_space
+from engine_fixtures.isolation.signals import wait_exited
 from engine_fixtures.model.modeldir import check_model_dir
 from engine_fixtures.sglang_plugin import PROOF_DIR_ENV
 from engine_fixtures.sglang_plugin.arm_state import write_arm_file
@@ -146,7 +147,7 @@ class EngineHandle:
             for p in left:
                 with contextlib.suppress(psutil.Error):
                     p.send_signal(sig)
-            _gone, left = psutil.wait_procs(left, timeout=timeout_s)
+            left = wait_exited(left, timeout_s)
             if not left:
                 return
         raise LeakError(f"engine processes {[p.pid for p in left]} survived SIGKILL for {timeout_s} s")

@@ -44,7 +44,7 @@ from engine_fixtures.errors import (
 )
 from engine_fixtures.isolation.owner import OWNER_ENV
 from engine_fixtures.isolation.owner import current as current_owner
-from engine_fixtures.isolation.signals import describe_exit
+from engine_fixtures.isolation.signals import describe_exit, wait_exited
 
 TRACKER_GRACE_S = 5.0  # how long a resource tracker may take to clean up after its clients died
 PASSTHROUGH: tuple[str, ...] = (
@@ -278,7 +278,7 @@ class Supervised:
             self._signal_root(signal.SIGTERM)
         _signal(tree.values(), signal.SIGTERM)
         self._wait_root(grace_s)
-        psutil.wait_procs(list(tree.values()), timeout=max(0.0, grace_s - (time.monotonic() - t0)))
+        wait_exited(tree.values(), max(0.0, grace_s - (time.monotonic() - t0)))
         killed: set[int] = set()
         deadline = time.monotonic() + kill_timeout_s
         first = True
@@ -305,9 +305,9 @@ class Supervised:
             _signal(victims, signal.SIGKILL)
             killed.update(p.pid for p in victims)
             self._wait_root(1.0)
-            psutil.wait_procs(victims, timeout=1.0)
+            wait_exited(victims, 1.0)
             if spared:
-                psutil.wait_procs(spared, timeout=max(0.0, min(TRACKER_GRACE_S, deadline - time.monotonic())))
+                wait_exited(spared, max(0.0, min(TRACKER_GRACE_S, deadline - time.monotonic())))
             first = False
         self._close_pipes()
         terminated = tuple(sorted((({self.pid} if with_root else set()) | set(tree)) - killed))
