@@ -23,7 +23,7 @@ from engine_fixtures.isolation.process import (
     port_in_use,
     require_free_port,
 )
-from engine_fixtures.isolation.signals import describe_exit
+from engine_fixtures.isolation.signals import describe_exit, wait_exited
 from perf_tests import support
 
 PROC_TREE = Path(support.__file__).with_name("proc_tree.py")
@@ -101,6 +101,24 @@ def test_pipes_in_the_callers_session_with_stderr_to_the_log(tmp_path: Path) -> 
                                             (-9, "killed by signal SIGKILL (9)"), (-15, "SIGTERM (15)")])
 def test_describe_exit(code: int | None, text: str) -> None:
     assert text in describe_exit(code)
+
+
+def test_wait_exited_counts_a_zombie_as_exited_and_never_reaps_it() -> None:
+    """An exited, unreaped process (a zombie: what an orphan is until a slow PID 1 reaps it) is not waited for, and
+    stays for its parent to reap with its status; a running one is returned at the timeout. (psutil.wait_procs waits
+    until a pid is gone: for an orphan, until PID 1 reaps it, about 2 s late on CI's VMs.)"""
+    import subprocess
+
+    exited = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert wait_exited([psutil.Process(exited.pid)], 30.0) == []
+        assert psutil.Process(exited.pid).status() == psutil.STATUS_ZOMBIE  # not reaped by the wait
+        assert [p.pid for p in wait_exited([psutil.Process(running.pid)], 0.2)] == [running.pid]
+        assert exited.wait(timeout=5) == 3  # its parent still gets the real status
+    finally:
+        running.kill()
+        running.wait(timeout=10)
 
 
 def test_missing_program_is_a_start_error(start: Starter) -> None:
