@@ -23,6 +23,7 @@ Contracts:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 from collections.abc import Iterator
@@ -88,14 +89,26 @@ def shm_held_by_tree(pid: int) -> frozenset[str]:
     return shm_held_by(pids)
 
 
+def is_sglang(name: str, argv: list[str]) -> bool:
+    """An SGLang process: titled ``sglang::...`` (its scheduler, detokenizer, ... retitle themselves), or the program
+    or module sglang (``sglang serve``, ``python -m sglang.launch_server``, ``python .../sglang/launch_server.py``).
+    A command line that only mentions the word is not one: ``tox -e unit,sglang-cpu`` (CI's own), ``pip install
+    sglang``, the suite's ``pytest ... sglang`` and its children's ``--copy sglang``."""
+    head = argv[:2]
+    if name.startswith("sglang::") or (argv and argv[0].startswith("sglang::")):
+        return True
+    if any(os.path.basename(a) == "sglang" for a in head):
+        return True
+    if any(a.endswith(".py") and "/sglang/" in a for a in head):
+        return True
+    return any(a == "-m" and nxt.split(".")[0] == "sglang" for a, nxt in itertools.pairwise(argv))
+
+
 def sglang_alive(skip: set[int]) -> list[str]:
-    """SGLang processes alive outside ``skip`` (by name or command line; not this suite's own)."""
+    """SGLang processes (``is_sglang``) alive outside ``skip``."""
     alive = []
     for p in psutil.process_iter(["pid", "name", "cmdline"]):
-        if p.pid in skip:
-            continue
-        text = " ".join([p.info["name"] or "", *(p.info["cmdline"] or [])])
-        if "sglang" in text and "engine_fixtures" not in text and "pytest" not in text:
+        if p.pid not in skip and is_sglang(p.info["name"] or "", p.info["cmdline"] or []):
             alive.append(f"SGLang process {p.pid}")
     return alive
 

@@ -13,7 +13,7 @@ import pytest
 
 from engine_fixtures.errors import LeakError
 from engine_fixtures.isolation.cgroups import CpuQuota
-from engine_fixtures.isolation.leaks import SHM_DIR, LeakSnapshot, find_cgroups, no_leaks
+from engine_fixtures.isolation.leaks import SHM_DIR, LeakSnapshot, find_cgroups, is_sglang, no_leaks
 from engine_fixtures.isolation.signals import sigkill_and_wait
 
 pytest_plugins = ("pytester",)
@@ -26,6 +26,25 @@ def _shm_segment() -> Path:
     os.ftruncate(fd, 4096)
     os.close(fd)
     return path
+
+
+@pytest.mark.parametrize(("name", "argv", "sglang"), [
+    ("sglang::schedul", ["sglang::scheduler_TP0"], True),
+    ("python3", ["/usr/bin/python3", "-m", "sglang.launch_server", "--model-path", "m"], True),
+    ("python3", ["/usr/bin/python3", "-m", "sglang", "serve"], True),
+    ("sglang", ["/venv/bin/sglang", "serve", "--model-path", "m"], True),
+    ("python3", ["/venv/bin/python3", "/venv/bin/sglang", "serve"], True),
+    ("python", ["python", "/src/sglang/python/sglang/launch_server.py"], True),
+    # CI's own tox (its env is named sglang-cpu): read as SGLang, it kept the sweep from removing anything in CI
+    ("tox", ["/tmp/v/bin/python", "/tmp/v/bin/tox", "-e", "unit,sglang-cpu"], False),
+    ("python3", ["/usr/bin/python3", "-m", "pip", "install", "sglang==0.5.16"], False),
+    ("python3", ["/usr/bin/python3", "-m", "pytest", "perf_tests/sglang/transport"], False),
+    ("python3", ["/usr/bin/python3", "-m", "engine_fixtures.cpu_tier.producer", "--copy", "sglang"], False),
+    ("vim", ["vim", "sglang_notes.md"], False),
+])
+def test_an_sglang_process_is_one_by_title_program_or_module_never_by_a_word(name: str, argv: list[str],
+                                                                                 sglang: bool) -> None:
+    assert is_sglang(name, argv) is sglang
 
 
 def test_clean_block_passes() -> None:
