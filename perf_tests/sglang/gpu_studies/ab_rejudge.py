@@ -6,7 +6,8 @@ with a longer A/A history (issue 44).
 The A/B's windows come back per replica (``RunResult.block_windows`` and the ``window_replica`` metadata the runner
 records), and the contrast is judged by ``scenarios.blocks_run.contrast_verdicts`` at the run's own alpha and budget:
 with the A/A history it had (``--history``: the host's ``ab-null`` file, less the entries of this run and after
-it, or none), and with its own same-build pairs, as the run did. ``--project K,...`` judges it again as if the host's
+it, or none; ``--others``: every other run's entry, leave one out), and with its own same-build pairs, as the run
+did. ``--project K,...`` judges it again as if the host's
 history held K null units of the spread measured here (the mean square of the history's units and this run's own
 pairs, per metric, or ``--spread``): what an A/B of this size catches once K units are in. Nothing is measured.
 """
@@ -20,7 +21,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from engine_fixtures.judge.decide import NullSample
+from engine_fixtures.judge.metrics import metric
 from engine_fixtures.scenarios.blocks_run import Judging, contrast_verdicts
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.group import AB_CANDIDATE, AB_REFERENCE, Group
@@ -53,14 +57,17 @@ def load(path: Path) -> tuple[Group, dict[str, list[tuple[int, dict[str, float]]
     return group, windows, [unit_of[b] for b in range(max(unit_of) + 1)], meta
 
 
-def history_sample(path: Path | None, before_run: str | None) -> dict[str, list[float]]:
+def history_sample(path: Path | None, before_run: str | None, *, others: bool = False) -> dict[str, list[float]]:
     """Per metric, the history's pooled units recorded before ``before_run`` (its own entry and later ones left
-    out)."""
+    out); with ``others``, every entry's but ``before_run``'s own (leave one out: what the host's other runs, later
+    ones too, would lend it)."""
     if path is None:
         return {}
     out: dict[str, list[float]] = {}
     for e in json.loads(path.read_text())["entries"]:
         if before_run is not None and e["run"].endswith(before_run):
+            if others:
+                continue
             break
         for k, v in e["units"].items():
             out.setdefault(k, []).extend(v)
@@ -76,23 +83,65 @@ def judge(group: Group, windows: Mapping[str, Sequence[tuple[int, dict[str, floa
     return contrast_verdicts(group, group.contrasts[0], windows, units, judging)
 
 
+def components(windows: Mapping[str, Sequence[tuple[int, Mapping[str, float]]]], name: str) -> dict[str, float]:
+    """What a pair unit of ``name`` consists of (judged scale: log for ratio metrics): the engines' block means as a
+    layout of engines nested in their build by block (no replication), method of moments. ``offset``: the sd of an
+    engine's own level (what more blocks never remove), ``block``: the sd of what every engine shared in a block
+    (pairing removes it), ``residual``: an engine's block mean's own noise. A pair unit over B blocks has variance
+    ``2 offset^2 + 2 residual^2 / B``."""
+    log = metric(name).scale.name == "log"
+    members = sorted(windows)
+    blocks = sorted({b for m in members for b, w in windows[m] if name in w})
+    x = np.full((len(members), len(blocks)), np.nan)
+    for i, m in enumerate(members):
+        for j, b in enumerate(blocks):
+            vals = [w[name] for bb, w in windows[m] if bb == b and name in w]
+            if vals:
+                x[i, j] = np.mean(np.log(vals) if log else vals)
+    if np.isnan(x).any() or min(x.shape) < 2:
+        return {}
+    e, k = x.shape
+    arms = [m.partition("@")[0] for m in members]  # engines nested in their build: a real change is no offset
+    arm_mean = {a: x[[i for i, b in enumerate(arms) if b == a]].mean(0) for a in set(arms)}
+    within = x - np.array([arm_mean[a] for a in arms])  # each engine against its build's mean, block by block
+    resid = within - within.mean(1, keepdims=True)
+    ms_resid = float((resid ** 2).sum() / ((e - len(arm_mean)) * (k - 1)))
+    ms_engine = float(k * (within.mean(1) ** 2).sum() / (e - len(arm_mean)))
+    ms_block = float(e * x.mean(0).var(ddof=1))
+    return {"offset": math.sqrt(max(ms_engine - ms_resid, 0.0) / k),
+            "block": math.sqrt(max(ms_block - ms_resid, 0.0) / e),
+            "residual": math.sqrt(ms_resid), "blocks": float(k), "engines": float(e)}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("results", type=Path)
     p.add_argument("--history", type=Path, help="the host's ab-null/<shape>.json")
     p.add_argument("--run", help="this run's id suffix in the history (its entry and later ones are left out)")
+    p.add_argument("--others", action="store_true", help="with --run: pool every other run's entry, later ones "
+                   "too (leave one out), not only the earlier ones")
     p.add_argument("--project", default="", help="K,...: judge as if the history held K units of this spread")
     p.add_argument("--spread", default="", help="METRIC=PCT,...: project with this pair-scale spread instead of the "
                    "measured one (e.g. another run's)")
     args = p.parse_args(argv)
     group, windows, units, meta = load(args.results)
-    history = history_sample(args.history, args.run)
+    if args.others and not args.run:
+        p.error("--others needs --run: the run to leave out")
+    history = history_sample(args.history, args.run, others=args.others)
     print(f"{args.results.name}: {len(set(units))} instance group(s), {len(units)} blocks, {group.replicas} "
           f"replicas a build, alpha per look {meta['alpha_per_look']:.4g}; history units: "
           f"{ {k: len(v) for k, v in history.items() if k in ('requests_per_s', 'tpot_gmean_ms')} }")
     for v in judge(group, windows, units, meta, history):
-        print(f"| as run | {v.metric} | {v.change_text(v.delta)} | "
+        print(f"| {'other runs' if args.others else 'as run'} | {v.metric} | {v.change_text(v.delta)} | "
               f"{'-' if v.detectable is None else f'{v.detectable:.1%}'} | {v.status} |\n    {v.message}")
+    for v in judge(group, windows, units, meta, history):
+        c = components(windows, v.metric)
+        if c:
+            pair = math.sqrt(2 * c["offset"] ** 2 + 2 * c["residual"] ** 2 / c["blocks"])
+            share = 2 * c["offset"] ** 2 / pair**2
+            print(f"| components | {v.metric} | engine offset sd {c['offset']:.2%} | block sd {c['block']:.2%} | "
+                  f"residual sd {c['residual']:.2%} a block mean | pair unit over {c['blocks']:.0f} blocks "
+                  f"{pair:.2%}, of which the offsets {share:.0%} | {c['engines']:.0f} engines |")
     for k in [int(x) for x in args.project.split(",") if x]:
         spread = {}
         for v in judge(group, windows, units, meta, history):
