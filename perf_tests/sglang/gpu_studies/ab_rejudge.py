@@ -131,10 +131,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"{args.results.name}: {len(set(units))} instance group(s), {len(units)} blocks, {group.replicas} "
           f"replicas a build, alpha per look {meta['alpha_per_look']:.4g}; history units: "
           f"{ {k: len(v) for k, v in history.items() if k in ('requests_per_s', 'tpot_gmean_ms')} }")
-    for v in judge(group, windows, units, meta, history):
+    verdicts = judge(group, windows, units, meta, history)
+    for v in verdicts:
         print(f"| {'other runs' if args.others else 'as run'} | {v.metric} | {v.change_text(v.delta)} | "
               f"{'-' if v.detectable is None else f'{v.detectable:.1%}'} | {v.status} |\n    {v.message}")
-    for v in judge(group, windows, units, meta, history):
+    for v in verdicts:
         c = components(windows, v.metric)
         if c:
             pair = math.sqrt(2 * c["offset"] ** 2 + 2 * c["residual"] ** 2 / c["blocks"])
@@ -144,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                   f"{pair:.2%}, of which the offsets {share:.0%} | {c['engines']:.0f} engines |")
     for k in [int(x) for x in args.project.split(",") if x]:
         spread = {}
-        for v in judge(group, windows, units, meta, history):
+        for v in verdicts:
             own = [e for _, e in pair_units(group, windows, units, v.metric)]
             pooled = [*history.get(v.metric, ()), *own]
             spread[v.metric] = math.sqrt(sum(e * e for e in pooled) / len(pooled)) if pooled else math.nan
