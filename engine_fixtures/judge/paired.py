@@ -12,6 +12,7 @@ import numpy as np
 from engine_fixtures.judge.blocks import effects_by_block
 from engine_fixtures.judge.decide import (
     ALPHA,
+    BOUND_TRIM,
     Decision,
     NullSample,
     decide_bound,
@@ -155,7 +156,8 @@ def judge_invariant(label: str, m: Metric | str, reference: Sequence[float], cur
                     bound: float, *, alpha: float = ALPHA) -> Verdict:
     """Same-run invariant ``current >= bound x reference`` in ``m``'s good direction, from windows of the same
     rounds (arms interleaved in one rig set, the CPU tier: window i of both came from round i, half a mirrored
-    block): per-round ratios are judged, and ``pass`` needs the one-sided interval above the bound."""
+    block): per-round ratios are judged by their trimmed mean (``decide_bound``), and ``pass`` needs the one-sided
+    interval above the bound."""
     m = m if isinstance(m, Metric) else metric(m)
     if m.direction == "none":
         raise ValueError(f"{m.name} has no direction; an invariant needs a higher/lower metric")
@@ -167,10 +169,10 @@ def judge_invariant(label: str, m: Metric | str, reference: Sequence[float], cur
     rounds = list(range(ref.size))
     effects = np.asarray(effects_by_block(LOG_RATIO, np.exp(ref), rounds, np.exp(cur), rounds))
     d = decide_bound(good * effects, bound, alpha=alpha)
-    ratio = math.exp(good * (cur.mean() - ref.mean()))
+    ratio = bound * math.exp(-d.effect)  # the rounds' trimmed mean, as judged
     name = f"{m.name} ratio {label}".strip()
     head = f"{name}: {ratio:.3f}x (invariant >= {bound:g}x; reference {math.exp(ref.mean()):.4g}, current " \
-           f"{math.exp(cur.mean()):.4g} {m.unit}, paired rounds)"
+           f"{math.exp(cur.mean()):.4g} {m.unit}; {BOUND_TRIM:.0%} trimmed mean of {ref.size} paired rounds)"
     msg = head + (f": inconclusive: {d.reason}" if d.status == "inconclusive" else
                   ": invariant violated" if d.status == "regression" else ": holds")
     return Verdict(name, d.status, "bound", math.exp(ref.mean()), math.exp(cur.mean()), ratio - 1.0, None, None,

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from scipy import stats
 
 from engine_fixtures.judge.decide import (
+    ALPHA,
     NullSample,
     decide_bound,
     decide_contrast,
@@ -242,11 +244,27 @@ def test_bound_invariant_three_ways() -> None:
     above = np.log([1.20, 1.25, 1.18, 1.22, 1.21])
     assert decide_bound(above, 1.05).status == "pass"
     equal = np.log([1.00, 1.02, 0.98, 1.01, 0.99])  # e.g. the torch copy forced into the buffer arm
-    assert decide_bound(equal, 1.05).status == "regression"
+    # five rounds trimmed to three (2 df) cannot yet exclude 1.05x; ten rounds (5 df) can
+    assert decide_bound(equal, 1.05).status == "inconclusive"
+    assert decide_bound(np.concatenate([equal, equal[::-1]]), 1.05).status == "regression"
     straddle = np.log([1.10, 0.98, 1.12, 1.0, 1.07])
     d = decide_bound(straddle, 1.05)
     assert d.status == "inconclusive"
     assert "straddles the bound 1.05x" in d.reason
+
+
+def test_a_stalled_window_does_not_hide_a_clear_invariant() -> None:
+    """Single CPU-tier windows stall (box-wide, 20-40 % slow, 1-3 windows in 40): one such round on each side
+    widens the mean's interval across the bound while the trimmed mean's stays above it, at the tier's per-look
+    alpha (3 looks)."""
+    rounds = np.log([1.19, 1.22, 0.80, 1.18, 1.21, 1.17, 1.20, 1.23, 1.19, 1.50])
+    alpha = ALPHA / 3
+    t_lower = rounds.mean() - stats.t.ppf(1 - alpha, rounds.size - 1) * rounds.std(ddof=1) / math.sqrt(rounds.size)
+    assert t_lower < 0.0  # the plain mean's interval would straddle 1.0x
+    d = decide_bound(rounds, 1.0, alpha=alpha)
+    assert d.status == "pass"
+    assert d.df == 5  # two rounds trimmed from each side
+    assert math.exp(-d.effect) == pytest.approx(math.exp(np.sort(rounds)[2:8].mean()))
 
 
 def test_scales() -> None:
