@@ -190,8 +190,9 @@ def decide_bound(log_ratios: Sequence[float], bound: float, alpha: float = ALPHA
         effect = target - float(r.mean()) if p else math.nan
         return Decision("inconclusive", effect, math.nan, math.nan, 0.0, None,
                         f"{p} paired round(s); the invariant needs >= {MIN_BLOCKS}")
-    # Yuen's trimmed mean: a round whose window stalled (1-3 windows in 40 drop 20-40 % on the 2-core boxes, box-wide,
-    # the control arm too) widens a mean's interval past any bound while the other rounds agree within a few %.
+    # Yuen's trimmed mean: a round with one slow window (1-3 windows in 40 run 20-40 % slow on the 2-core boxes, their
+    # producer at its full quota: more CPU per request) widens a mean's interval past the bound while the other
+    # rounds agree within a few per cent.
     effect = target - float(stats.trim_mean(r, BOUND_TRIM))
     se = float(mstats.trimmed_stde(r, (BOUND_TRIM, BOUND_TRIM)))
     return _bound_decision(effect, se, p - 2 * int(BOUND_TRIM * p) - 1, bound, alpha, "more rounds")

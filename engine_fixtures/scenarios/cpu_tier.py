@@ -1,7 +1,8 @@
 """``CpuTierScenario``: the CPU tier's arm set, measured interleaved in one run, with its control arm and contrasts.
 
 ``measure(scenario, settings, judge)`` runs every arm through ``cpu_tier.driver.run_arms`` and keeps adding
-rounds (``--perf-repeats`` first, then the same again, up to ``--perf-max-repeats``) while any arm's
+rounds (``--perf-repeats`` first, then the same again, up to ``--perf-max-repeats`` or the scenario's
+``max_rounds`` where that option is left at its default, ``budget_of``) while any arm's
 verdict against its baseline (``judge(result, alpha)``) or any contrast is inconclusive. A contrast is the GPU
 tier's ``Contrast`` (``scenarios.group``) between two arms' ids, judged per round (a round is half a mirrored block,
 ``judge.paired.judge_rounds``). It returns the
@@ -35,6 +36,8 @@ class CpuTierScenario:
     contrasts: tuple[Contrast, ...] = ()
     warmup: int = 2
     requests: int = 48
+    max_rounds: int | None = None  # the rounds it may take while undecided (None: --perf-max-repeats); an explicit
+    # --perf-max-repeats still wins
 
     @property
     def judged_arms(self) -> tuple[CpuTierArm, ...]:
@@ -50,11 +53,19 @@ def open_cells(scenario: CpuTierScenario, results: Sequence[RunResult], judge: J
                                          c.bound, alpha) for c in scenario.contrasts})
 
 
+def budget_of(scenario: CpuTierScenario, settings: Settings) -> Budget:
+    """``--perf-repeats`` rounds first, the same again at each look, up to the scenario's ``max_rounds`` where
+    ``--perf-max-repeats`` was left at its default, else up to that option."""
+    most = settings.max_repeats
+    if scenario.max_rounds is not None and settings.sources.get("max_repeats", "default") == "default":
+        most = scenario.max_rounds
+    return Budget.repeated(settings.repeats, most)
+
+
 def measure(scenario: CpuTierScenario, settings: Settings, judge: Judge,
             after: After | None = None) -> dict[str, RunResult]:
     """``after``: ``run_arms``' hook once the rounds are decided (the profiler's dedicated rounds)."""
-    budget = Budget.repeated(settings.repeats, settings.max_repeats)
-    results = run_arms(scenario.arms, budget, scenario.warmup, scenario.requests,
+    results = run_arms(scenario.arms, budget_of(scenario, settings), scenario.warmup, scenario.requests,
                        control=scenario.control, injection=settings.inject,
                        undecided=lambda rs, alpha: open_cells(scenario, rs, judge, alpha), after=after)
     return {a.id: r for a, r in zip(scenario.arms, results, strict=True)}

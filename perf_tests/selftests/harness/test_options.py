@@ -101,3 +101,20 @@ def test_every_budget_reaches_the_blocks_a_contrast_needs() -> None:
         settings = options.settings_from_values({"repeats": str(repeats), "max_repeats": "15"}, {}, env={})
         assert live_budget(settings.repeats, settings.max_repeats).maximum >= MIN_BLOCKS  # repeats 1 stopped at 2
         assert Budget.repeated(settings.repeats, settings.max_repeats).maximum >= MIN_BLOCKS
+
+
+def test_a_cpu_tier_scenario_budget_is_its_own_unless_the_option_is_given() -> None:
+    """The CPU tier's smoke declares the rounds its contrasts need while undecided (``max_rounds``); a
+    ``--perf-max-repeats`` typed on the command line or in the environment still bounds the run."""
+    from engine_fixtures.cpu_tier.arms import CpuTierArm
+    from engine_fixtures.scenarios.cpu_tier import CpuTierScenario, budget_of
+
+    arms = (CpuTierArm(copy="torch"), CpuTierArm(copy="buffer"))
+    declared = CpuTierScenario("s", arms, max_rounds=25)
+    default = options.settings_from_values({}, {}, env={})
+    assert (budget_of(declared, default).initial, budget_of(declared, default).maximum) == (5, 25)
+    assert budget_of(declared, default).looks == 5
+    assert budget_of(CpuTierScenario("s", arms), default).maximum == 15
+    given = options.settings_from_values({"max_repeats": "10"}, {}, env={})
+    assert budget_of(declared, given).maximum == 10
+    assert budget_of(declared, options.settings_from_values({}, {}, env={"PERF_MAX_REPEATS": "12"})).maximum == 12
