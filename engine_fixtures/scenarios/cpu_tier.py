@@ -2,7 +2,7 @@
 
 ``measure(scenario, settings, judge)`` runs every arm through ``cpu_tier.driver.run_arms`` and keeps adding
 rounds (``--perf-repeats`` first, then the same again, up to ``--perf-max-repeats`` or the scenario's
-``max_rounds`` where that option is left at its default, ``budget_of``) while any arm's
+``max_rounds`` where that option is left at its default, ``rounds_budget``) while any arm's
 verdict against its baseline (``judge(result, alpha)``) or any contrast is inconclusive. A contrast is the GPU
 tier's ``Contrast`` (``scenarios.group``) between two arms' ids, judged per round (a round is half a mirrored block,
 ``judge.paired.judge_rounds``). It returns the
@@ -53,7 +53,7 @@ def open_cells(scenario: CpuTierScenario, results: Sequence[RunResult], judge: J
                                          c.bound, alpha) for c in scenario.contrasts})
 
 
-def budget_of(scenario: CpuTierScenario, settings: Settings) -> Budget:
+def rounds_budget(scenario: CpuTierScenario, settings: Settings) -> Budget:
     """``--perf-repeats`` rounds first, the same again at each look, up to the scenario's ``max_rounds`` where
     ``--perf-max-repeats`` was left at its default, else up to that option."""
     most = settings.max_repeats
@@ -65,7 +65,7 @@ def budget_of(scenario: CpuTierScenario, settings: Settings) -> Budget:
 def measure(scenario: CpuTierScenario, settings: Settings, judge: Judge,
             after: After | None = None) -> dict[str, RunResult]:
     """``after``: ``run_arms``' hook once the rounds are decided (the profiler's dedicated rounds)."""
-    results = run_arms(scenario.arms, budget_of(scenario, settings), scenario.warmup, scenario.requests,
+    results = run_arms(scenario.arms, rounds_budget(scenario, settings), scenario.warmup, scenario.requests,
                        control=scenario.control, injection=settings.inject,
                        undecided=lambda rs, alpha: open_cells(scenario, rs, judge, alpha), after=after)
     return {a.id: r for a, r in zip(scenario.arms, results, strict=True)}

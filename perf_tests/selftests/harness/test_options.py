@@ -107,14 +107,14 @@ def test_a_cpu_tier_scenario_budget_is_its_own_unless_the_option_is_given() -> N
     """The CPU tier's smoke declares the rounds its contrasts need while undecided (``max_rounds``); a
     ``--perf-max-repeats`` typed on the command line or in the environment still bounds the run."""
     from engine_fixtures.cpu_tier.arms import CpuTierArm
-    from engine_fixtures.scenarios.cpu_tier import CpuTierScenario, budget_of
+    from engine_fixtures.scenarios.cpu_tier import CpuTierScenario, rounds_budget
 
     arms = (CpuTierArm(copy="torch"), CpuTierArm(copy="buffer"))
     declared = CpuTierScenario("s", arms, max_rounds=25)
     default = options.settings_from_values({}, {}, env={})
-    assert (budget_of(declared, default).initial, budget_of(declared, default).maximum) == (5, 25)
-    assert budget_of(declared, default).looks == 5
-    assert budget_of(CpuTierScenario("s", arms), default).maximum == 15
+    assert (rounds_budget(declared, default).initial, rounds_budget(declared, default).maximum) == (5, 25)
+    assert rounds_budget(declared, default).looks == 5
+    assert rounds_budget(CpuTierScenario("s", arms), default).maximum == 15
     given = options.settings_from_values({"max_repeats": "10"}, {}, env={})
-    assert budget_of(declared, given).maximum == 10
-    assert budget_of(declared, options.settings_from_values({}, {}, env={"PERF_MAX_REPEATS": "12"})).maximum == 12
+    assert rounds_budget(declared, given).maximum == 10
+    assert rounds_budget(declared, options.settings_from_values({}, {}, env={"PERF_MAX_REPEATS": "12"})).maximum == 12
