@@ -2,8 +2,8 @@
 a GPU (the GPU sampler, a segment's GPU values, the runner's refusal of throttled windows). Self-tests only: the
 product reads the real NVML or none (``engine_fixtures.nvml``).
 
-``fake_nvml(monkeypatch, fake)`` puts ``fake`` where ``engine_fixtures.sampling.gpu`` and ``engine_fixtures.nvml`` read
-``pynvml``, for one test."""
+``fake_nvml(monkeypatch, fake)`` puts ``fake`` where ``engine_fixtures.sampling.gpu``,
+``engine_fixtures.sampling.gpu_buffer`` and ``engine_fixtures.nvml`` read ``pynvml``, for one test."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 import engine_fixtures.nvml
 import engine_fixtures.sampling.gpu
+import engine_fixtures.sampling.gpu_buffer
 
 
 class FakeNvml:
@@ -28,6 +29,8 @@ class FakeNvml:
 
     NVMLError = pynvml.NVMLError
     NVMLError_NotSupported = pynvml.NVMLError_NotSupported
+    NVMLError_NotFound = pynvml.NVMLError_NotFound
+    NVML_GPU_UTILIZATION_SAMPLES = pynvml.NVML_GPU_UTILIZATION_SAMPLES
     NVMLError_FunctionNotFound = pynvml.NVMLError_FunctionNotFound
     NVML_CLOCK_SM = pynvml.NVML_CLOCK_SM
     NVML_CLOCK_MEM = pynvml.NVML_CLOCK_MEM
@@ -49,6 +52,10 @@ class FakeNvml:
         self.temperature = temperature
         self.events = events
         self.readings = 0
+        self.util_samples: dict[int, list[tuple[float, float]]] = {}  # the sample buffers, below
+        self.proc_samples: dict[int, list[tuple[float, int, float]]] = {}
+        self.buffer = "ok"
+        self.buffer_calls = 0
         self.older_calls = 0  # reads through nvmlDeviceGetCurrentClocksThrottleReasons
         if binding == "new":
             self.nvmlDeviceGetCurrentClocksEventReasons = self._events
@@ -113,7 +120,36 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[SimpleNamespace]:
         return []  # as NVML answers for pids of another PID namespace
 
+    # The sample buffers (``sampling.gpu_buffer``): ``util_samples[gpu]`` = [(wall-clock s, busy %)],
+    # ``proc_samples[gpu]`` = [(wall-clock s, pid, SM %)]; each call returns those newer than its timestamp, or
+    # NVML_ERROR_NOT_FOUND where there is none. ``buffer``: "ok", "unsupported" (NVML_ERROR_NOT_SUPPORTED on both
+    # calls), "double" (utilisation as NVML_VALUE_TYPE_DOUBLE).
+
+    def nvmlDeviceGetSamples(self, h: int, kind: int, since_us: int) -> tuple[int, list[SimpleNamespace]]:
+        assert kind == pynvml.NVML_GPU_UTILIZATION_SAMPLES
+        self.buffer_calls += 1
+        if self.buffer == "unsupported":
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        new = [(round(t * 1e6), v) for t, v in self.util_samples.get(h, []) if round(t * 1e6) > since_us]
+        if not new:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        if self.buffer == "double":
+            return pynvml.NVML_VALUE_TYPE_DOUBLE, [SimpleNamespace(timeStamp=t, sampleValue=SimpleNamespace(dVal=v))
+                                                   for t, v in new]
+        return pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, [
+            SimpleNamespace(timeStamp=t, sampleValue=SimpleNamespace(uiVal=int(v))) for t, v in new]
+
+    def nvmlDeviceGetProcessUtilization(self, h: int, since_us: int) -> list[SimpleNamespace]:
+        if self.buffer == "unsupported":
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        new = [SimpleNamespace(timeStamp=round(t * 1e6), pid=pid, smUtil=int(u), memUtil=0)
+               for t, pid, u in self.proc_samples.get(h, []) if round(t * 1e6) > since_us]
+        if not new:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return new
+
 
 def fake_nvml(monkeypatch: pytest.MonkeyPatch, fake: FakeNvml) -> None:
     monkeypatch.setattr(engine_fixtures.sampling.gpu, "pynvml", fake)
+    monkeypatch.setattr(engine_fixtures.sampling.gpu_buffer, "pynvml", fake)
     monkeypatch.setattr(engine_fixtures.nvml, "pynvml", fake)
