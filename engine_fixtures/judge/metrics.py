@@ -173,6 +173,9 @@ _ALL: tuple[Metric, ...] = (
           "value per segment, on its first window"),
     # GPU telemetry (NVML, mean over the window and the arm's GPUs): report-only, the suite never locks clocks or
     # changes any GPU setting. A window the GPU was slowed in is refused (scenarios.refusal.MAX_THROTTLED_FRACTION).
+    _diag("gpu_util_buffer_mean", "%", "mean of NVML's own GPU utilisation samples whose driver period ended in the "
+          "window (nvmlDeviceGetSamples: each period once, not a poll of the last 1 s average)"),
+    _diag("gpu_util_buffer_periods", "periods", "how many of NVML's utilisation periods the window holds"),
     _diag("gpu_sm_clock_mhz_mean", "MHz", "mean GPU SM clock over the window"),
     _diag("gpu_sm_clock_max_mhz", "MHz", "the GPU's maximum SM clock (NVML): what the window's SM clock lost to a "
           "power cap or heat is measured against"),
@@ -213,6 +216,8 @@ PATTERNS: tuple[Metric, ...] = (
        "one role's CPU as a share of the applied cgroup quota (zero-sum under a binding quota: never gates)",
        gates=False, ab=0.03, most=0.05),
     _diag("cpu_cores.<role>", "cores", "CPU cores used by the processes of one role"),
+    _diag("gpu_sm_util.<role>", "%", "one role's processes' SM utilisation from NVML's per-process samples (each "
+          "process's mean over its periods in the window, summed)"),
     _diag("threads.<role>", "threads", "thread count of one role's processes (max)"),
 )
 

@@ -12,6 +12,7 @@ NVML's session live in ``engine_fixtures.nvml``.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -23,6 +24,7 @@ from engine_fixtures.errors import ConfigError
 from engine_fixtures.nvml import MIB, NOT_COLLECTED, nvml_session, unavailable_reason
 from engine_fixtures.sampling.base import TickedWindow, Ticker, require_closed
 from engine_fixtures.sampling.clock_events import REASONS, slowing
+from engine_fixtures.sampling.gpu_buffer import UtilBuffer
 from engine_fixtures.sampling.series import Gauge
 
 PidsFn = Callable[[], Mapping[str, Sequence[int]] | Sequence[int]]
@@ -41,7 +43,9 @@ class GpuSampler(TickedWindow):
     ``gpu.proc_mem_mib.<key>``: peak GPU memory summed over the key's pids, where ``pids_fn()``
     returns ``{role: pids}`` (key = role) or a list of pids (key = pid). NVML may not report per-process
     memory (no permission, or pids from another PID namespace); then no ``proc_mem`` metric is given
-    and ``proc_mem_unavailable`` says why.
+    and ``proc_mem_unavailable`` says why. From NVML's own sample buffers (``sampling.gpu_buffer``, drained at each
+    tick): ``gpu.util_buffer.mean`` and ``gpu.util_buffer.periods`` (each driver period once), and
+    ``gpu.sm_util.<key>`` (the key's processes' SM utilisation), where the driver gives them.
 
     Power, temperature and the clock-event reasons are given only where NVML reports them: the first
     ``NVML_ERROR_NOT_SUPPORTED`` on any listed GPU ends that field for the window (no number, never a zero), and
@@ -59,6 +63,7 @@ class GpuSampler(TickedWindow):
         self._pids_fn = pids_fn
         self._ticker = Ticker(name, self._sample, interval_s)
         self._handles: list[object] = []
+        self._buffer = UtilBuffer((), ())  # NVML's sample buffers of the listed GPUs, from the window's start
         self.unreported: dict[str, str] = {}  # field -> why NVML gives no number for it (said once)
         self._power_ok = True
         self._temp_ok = True
@@ -98,6 +103,7 @@ class GpuSampler(TickedWindow):
         with contextlib.ExitStack() as stack:
             stack.enter_context(nvml_session())
             self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in self.indices]
+            self._buffer = UtilBuffer(self._handles, self.indices)
             self._max_sm = self._max_sm_clock()
             self._exit = stack.pop_all()
         self._ticker.start()
@@ -111,6 +117,9 @@ class GpuSampler(TickedWindow):
     def _sample(self) -> None:
         per_pid: dict[int, float | None] = {}
         now = time.monotonic()
+        self._buffer.drain()  # NVML's own periods since the last tick (sampling.gpu_buffer)
+        for what, why in self._buffer.unreported.items():
+            self.unreported.setdefault(what, why)
         util = [float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu) for h in self._handles]
         self._util.extend(util)
         self.util.add(now, float(np.mean(util)))
@@ -188,9 +197,7 @@ class GpuSampler(TickedWindow):
 
     def _record_proc_mem(self, per_pid: Mapping[int, float | None]) -> None:
         self._nvml_pids.update(per_pid)
-        wanted = self._pids_fn() if self._pids_fn is not None else {}
-        groups = (dict(wanted) if isinstance(wanted, Mapping) else {str(p): (p,) for p in wanted})
-        for key, pids in groups.items():
+        for key, pids in self._roles().items():
             seen = [per_pid[p] for p in pids if p in per_pid]
             if not seen:
                 continue
@@ -221,7 +228,12 @@ class GpuSampler(TickedWindow):
             out.update({f"gpu.throttle.{name}": float(gauge.between(t0, t1, "GPU clock-event").mean())
                         for name, gauge in self.throttle.items()})
             out["gpu.throttled_fraction"] = float(self.throttled.between(t0, t1, "GPU clock-event").mean())
+        out.update(self._buffer.cut(t0, t1, self._roles()))
         return out
+
+    def _roles(self) -> dict[str, Sequence[int]]:
+        wanted = self._pids_fn() if self._pids_fn is not None else {}
+        return dict(wanted) if isinstance(wanted, Mapping) else {str(p): (p,) for p in wanted}
 
     def summary(self) -> dict[str, float]:
         require_closed(self.name, self._closed, self._failure)
@@ -242,6 +254,7 @@ class GpuSampler(TickedWindow):
         if self._events_ok and self.throttled.values:
             out.update({f"gpu.throttle.{name}": float(np.mean(gauge.values)) for name, gauge in self.throttle.items()})
             out["gpu.throttled_fraction"] = float(np.mean(self.throttled.values))
+        out.update(self._buffer.cut(-math.inf, math.inf, self._roles()))
         out.update({f"gpu.proc_mem_mib.{k}": v for k, v in sorted(self._proc_mem.items())})
         if self._pids_fn is not None and not self._proc_mem and self.proc_mem_unavailable is None:
             self.proc_mem_unavailable = (

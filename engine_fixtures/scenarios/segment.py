@@ -220,7 +220,9 @@ def window_values(seg: Segment, samplers: SamplerSet, t0: float, t1: float) -> d
     if "cgroup.throttled_ratio" in cut:  # report-only: how often the quota stopped the engine's tree
         values["throttled_ratio"] = cut["cgroup.throttled_ratio"]
     # GPU utilisation and the GPU's telemetry (report-only): gpu.util.mean -> gpu_util_mean, gpu.temp_c.max -> ...
-    values.update({key.replace(".", "_"): value for key, value in cut.items() if key.startswith("gpu.")})
+    # except gpu.sm_util.<role> -> gpu_sm_util.<role> (a role's name keeps its dot, as cpu_cores.<role>)
+    values.update({key.replace(".", "_", 1 if key.startswith("gpu.sm_util.") else -1): value
+                   for key, value in cut.items() if key.startswith("gpu.")})
     # The host's CPU state (report-only): steal time and the fixed probe, host.x -> host_x.
     values.update({key.replace(".", "_"): value for key, value in cut.items() if key.startswith("host.")})
     return telemetry_only(values) if window_refusal(values) is not None else values

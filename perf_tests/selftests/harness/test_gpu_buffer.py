@@ -71,3 +71,27 @@ def test_what_nvml_does_not_give_is_said_once_and_never_a_zero(fake: FakeNvml, m
         assert fake.buffer_calls == 1  # not read again once NVML said it does not give them
     else:
         assert out["gpu.util_buffer.mean"] == pytest.approx(50.0)  # a double is read as what it is
+
+
+def test_the_gpu_sampler_cuts_the_buffers_beside_its_poll_as_report_only_rows(fake: FakeNvml) -> None:
+    """Through ``GpuSampler``: the buffer's numbers join the window's cut and summary beside the 10 Hz poll's, under
+    the names the segment gives them (``gpu_util_buffer_mean``, ``gpu_sm_util.<role>``), registered and report-only
+    until a measured per-block sd says what they can gate."""
+    from engine_fixtures.judge.metrics import metric
+    from engine_fixtures.sampling.gpu import GpuSampler
+    from perf_tests.selftests.harness.children import hold
+
+    now = time.time()
+    fake.util_samples = {0: [(now + k * 0.01, 70.0) for k in range(1, 400)],
+                         1: [(now + k * 0.01, 30.0) for k in range(1, 400)]}
+    fake.proc_samples = {0: [(now + k * 0.01, 4242, 55.0) for k in range(1, 400)]}
+    gpu = GpuSampler([0, 1], pids_fn=lambda: {"scheduler": [4242]}, interval_s=0.01)
+    with gpu:
+        hold(gpu, 5)
+    cut = gpu.cut(gpu.util.times[0], gpu.util.times[-1] + 1.0)
+    assert cut["gpu.util.mean"] == pytest.approx(40.0)  # the poll's fake reading
+    assert cut["gpu.util_buffer.mean"] == pytest.approx(50.0)  # (70 + 30) / 2 from the buffers
+    assert cut["gpu.sm_util.scheduler"] == pytest.approx(55.0)
+    assert gpu.summary()["gpu.util_buffer.mean"] == pytest.approx(50.0)
+    for name in ("gpu_util_buffer_mean", "gpu_util_buffer_periods", "gpu_sm_util.scheduler"):
+        assert not metric(name).judged, name
