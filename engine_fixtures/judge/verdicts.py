@@ -19,12 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Protocol
 
-import numpy as np
-
 from engine_fixtures.errors import MeasurementError
 from engine_fixtures.judge.decide import ALPHA, BETA, decide_history, gate_alpha
-from engine_fixtures.judge.gating import GPU_BOUND_UTIL, arm_of, gating
-from engine_fixtures.judge.metrics import GPU_BOUND, Metric, metric
+from engine_fixtures.judge.gating import arm_of, gating
+from engine_fixtures.judge.metrics import SAME_BUILD, Metric, metric
 from engine_fixtures.judge.noise import MIN_RUNS, NoiseModel
 from engine_fixtures.judge.paired import judge_contrast, judge_invariant
 from engine_fixtures.judge.rows import (
@@ -42,14 +40,15 @@ from engine_fixtures.judge.rows import (
     worse_change,
 )
 
-__all__ = ["GPU_BOUND_UTIL", "STATUSES", "VERDICTS", "Kind", "PooledRuns", "Status", "Verdict", "diagnostic",
+__all__ = ["STATUSES", "VERDICTS", "Kind", "PooledRuns", "Status", "Verdict", "diagnostic",
            "judge_contrast", "judge_invariant", "judge_metric", "judge_result", "worse_change"]
 
 SHARE_PREFIX = "cpu_share_of_quota."
 ZERO_SUM = ("under a binding quota the roles' shares are zero-sum: a starved role reads as an improvement and its "
-            "neighbour as a regression, so a share never gates; the role's cost is judged by cpu_s_per_request")
-GPU_SIDE = ("the GPU side is judged by TPOT and req/s here; gpu_util_mean gates only an arm whose pool "
-            f"shows the GPU busy >= {GPU_BOUND_UTIL:.0f}% of the time")
+            "neighbour as a regression, so only the share of the role the arm changes gates")
+LEVEL_ACROSS_BUILDS = ("GPU busy gates between arms of one build (a live contrast, a live arm's rel. ratio to its "
+                       "control); as a level against a pool a build whose kernels got faster would read as starved, so "
+                       "req/s and TPOT judge the level")
 
 
 class PooledRuns(Protocol):
@@ -93,7 +92,7 @@ def judge_result(samples: Mapping[str, Sequence[float]], baseline: PooledRuns | 
     pool able to judge it (>= ``MIN_RUNS`` runs) has but this run lacks is a ``MeasurementError`` (a measurement
     lost it), never a silently skipped row; a metric only a pool still being built has is gone without harm."""
     arm = arm_of(scenario)
-    gate = set(gating(samples, arm, baseline.runs_for if baseline is not None else None))
+    gate = set(gating(samples, arm))
     a = gate_alpha(alpha, max(1, len(gate)))
     verdicts = []
     for name, values in samples.items():
@@ -102,21 +101,16 @@ def judge_result(samples: Mapping[str, Sequence[float]], baseline: PooledRuns | 
         if not m.judged:
             verdicts.append(diagnostic(m, values, runs))
             continue
-        if m.condition == GPU_BOUND and runs:
-            util = float(np.mean([v for r in runs for v in r]))
-            if util < GPU_BOUND_UTIL:
-                verdicts.append(diagnostic(m, values, runs, f"the GPU is not this arm's bottleneck (baseline mean "
-                                           f"{util:.0f}% < {GPU_BOUND_UTIL:.0f}%); {GPU_SIDE}"))
-                continue
         v = judge_metric(m, runs, values, alpha=a, floor=floor)
         if name not in gate:
             v = replace(v, gating=False)
-            if v.is_verdict and m.condition is None:
-                v = as_diagnostic(v, ZERO_SUM if name.startswith(SHARE_PREFIX) else
+            if v.is_verdict:
+                v = as_diagnostic(v, ZERO_SUM if name.startswith(SHARE_PREFIX) else LEVEL_ACROSS_BUILDS
+                                  if m.condition == SAME_BUILD and m.gates else
                                   f"not a gate of this scenario (gates: {', '.join(sorted(gate)) or 'none'})")
         verdicts.append(v)
     if baseline is not None:
-        verdicts += _lost(baseline, samples, scenario, set(gating(_names(baseline), arm, baseline.runs_for)))
+        verdicts += _lost(baseline, samples, scenario, set(gating(_names(baseline), arm)))
     return verdicts
 
 
@@ -133,19 +127,12 @@ def _lost(baseline: PooledRuns, samples: Mapping[str, Sequence[float]], scenario
         runs = baseline.runs_for(name)
         if name in samples or not m.judged or len(runs) < MIN_RUNS:
             continue  # measured, a diagnostic, or only a pool being built has it (a vanished metric, no loss)
-        if m.condition == GPU_BOUND:
-            util = float(np.mean([v for r in runs for v in r]))
-            if util >= GPU_BOUND_UTIL:
-                raise MeasurementError(f"{scenario}: {name} was not measured (NVML unavailable?) on an arm whose pool "
-                                       f"shows the GPU busy {util:.0f}% of the time, where it gates; fix NVML access "
-                                       "(nvidia-smi must work for this user) and run again")
-            out.append(Verdict(name, "report-only", "diagnostic", util, None, None, None, len(runs), 0,
-                               f"{name}: not measured this run (NVML unavailable?) while its pool has it; reported, "
-                               f"not judged ({GPU_SIDE})", "linear", gating=False))
-            continue
         if name in gate:
+            lost = ("NVML's sample buffer gave no period in its windows (NVML unavailable, or the driver does not keep "
+                    "it: the run's findings say which; nvidia-smi must work for this user)"
+                    if "gpu_util_buffer" in name else "a sampler that did not run, a counter that stayed empty")
             raise MeasurementError(f"{scenario}: the baseline judges {name!r} but this run did not measure it; "
-                                   "the measurement lost a metric (a sampler that did not run, a counter that "
-                                   "stayed empty): fix the measurement, or re-record the baseline without it")
+                                   f"the measurement lost a metric ({lost}): fix the measurement, or re-record the "
+                                   "baseline without it")
     return out
 

@@ -153,7 +153,7 @@ class Baseline:
         promises to catch (derived; for people reading the file), with the gate's own formula
         (``decide.promised_size``) at the alpha the gate uses at the default budget (``default_gate_alpha``)."""
         out: dict[str, dict[str, Any]] = {}
-        alpha = default_gate_alpha(len(gating(self.metric_names(), arm_of(self.scenario), self.runs_for)))
+        alpha = default_gate_alpha(len(gating(self.metric_names(), arm_of(self.scenario))))
         for name in self.metric_names():
             m = metric(name)
             runs = self.runs_for(name)

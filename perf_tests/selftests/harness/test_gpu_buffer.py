@@ -73,10 +73,10 @@ def test_what_nvml_does_not_give_is_said_once_and_never_a_zero(fake: FakeNvml, m
         assert out["gpu.util_buffer.mean"] == pytest.approx(50.0)  # a double is read as what it is
 
 
-def test_the_gpu_sampler_cuts_the_buffers_beside_its_poll_as_report_only_rows(fake: FakeNvml) -> None:
+def test_the_gpu_sampler_cuts_the_buffers_beside_its_poll(fake: FakeNvml) -> None:
     """Through ``GpuSampler``: the buffer's numbers join the window's cut and summary beside the 10 Hz poll's, under
-    the names the segment gives them (``gpu_util_buffer_mean``, ``gpu_sm_util.<role>``), registered and report-only
-    until a measured per-block sd says what they can gate."""
+    the names the segment gives them: ``gpu_util_buffer_mean`` is the GPU-busy metric that gates (issue 46), the
+    period count and the per-role SM shares are diagnostics."""
     from engine_fixtures.judge.metrics import metric
     from engine_fixtures.sampling.gpu import GpuSampler
     from perf_tests.selftests.harness.children import hold
@@ -93,5 +93,7 @@ def test_the_gpu_sampler_cuts_the_buffers_beside_its_poll_as_report_only_rows(fa
     assert cut["gpu.util_buffer.mean"] == pytest.approx(50.0)  # (70 + 30) / 2 from the buffers
     assert cut["gpu.sm_util.scheduler"] == pytest.approx(55.0)
     assert gpu.summary()["gpu.util_buffer.mean"] == pytest.approx(50.0)
-    for name in ("gpu_util_buffer_mean", "gpu_util_buffer_periods", "gpu_sm_util.scheduler"):
+    assert metric("gpu_util_buffer_mean").judged
+    assert metric("gpu_util_buffer_mean").gates
+    for name in ("gpu_util_buffer_periods", "gpu_sm_util.scheduler"):
         assert not metric(name).judged, name

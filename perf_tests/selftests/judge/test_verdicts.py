@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
 from engine_fixtures.errors import MeasurementError
@@ -51,27 +50,33 @@ def test_zero_windows_is_an_error_never_a_zero() -> None:
         judge_metric("ttft_p50_ms", RPS, [])
 
 
-def test_result_diagnostics_missing_metrics_and_gpu_bound_condition() -> None:
+def test_result_diagnostics_missing_metrics_and_gpu_busy_as_a_level() -> None:
+    """Issue 46: GPU busy gates between arms of one build (rel.*), so as a level against a pool it is a report-only
+    row that says why; the poll beside it never gates."""
     pool = Pool({"requests_per_s": RPS, "throttled_periods": [(3.0, 4.0)] * 4,
-                 "gpu_util_mean": [(5.0, 6.0, 5.5)] * 4})
+                 "gpu_util_buffer_mean": [(45.0, 46.0, 45.5)] * 4, "gpu_util_mean": [(45.0, 46.0, 45.5)] * 4})
     rows = judge_result({"requests_per_s": (20.0, 20.1, 19.9), "throttled_periods": (3.0, 3.0),
-                         "gpu_util_mean": (5.2, 5.4, 5.0)}, pool, scenario="s")
+                         "gpu_util_buffer_mean": (30.2, 30.4, 30.0), "gpu_util_mean": (30.2, 30.4, 30.0)},
+                        pool, scenario="s")
     by = {v.metric: v for v in rows}
     assert by["requests_per_s"].status == "pass"
     assert by["requests_per_s"].is_verdict
     assert by["throttled_periods"].status == "report-only"
+    assert by["gpu_util_buffer_mean"].status == "report-only"
+    assert "a build whose kernels got faster would read as starved" in by["gpu_util_buffer_mean"].message
     assert by["gpu_util_mean"].status == "report-only"
-    assert "not this arm's bottleneck" in by["gpu_util_mean"].message
+    assert "not a gate of this scenario" in by["gpu_util_mean"].message
     with pytest.raises(MeasurementError, match="baseline judges 'requests_per_s' but this run did not measure it"):
         judge_result({"throttled_periods": (3.0,)}, pool, scenario="s")
 
 
-def test_gpu_util_is_judged_where_the_gpu_is_the_bottleneck() -> None:
-    pool = Pool({"gpu_util_mean": [(82.0, 83.0, 81.5), (80.0, 81.0, 80.5), (83.0, 82.0, 82.5)]})
-    (v,) = judge_result({"gpu_util_mean": (60.0, 61.0, 59.0)}, pool, scenario="s")
-    assert v.status == "regression"
-    assert v.scale == "linear"
-    assert v.delta == pytest.approx(60.0 - np.mean([82.0, 83.0, 81.5, 80.0, 81.0, 80.5, 83.0, 82.0, 82.5]))
+def test_a_live_arms_gpu_busy_ratio_gates_against_its_pool() -> None:
+    """A live arm's GPU busy over its control's in the same blocks (rel.*) is judged against its pool: a starved
+    GPU at the same load is a regression."""
+    pool = Pool({"rel.gpu_util_buffer_mean": [(1.00, 0.99, 1.01), (1.01, 1.00, 0.99), (0.99, 1.00, 1.01)]})
+    (v,) = judge_result({"rel.gpu_util_buffer_mean": (0.72, 0.71, 0.73)}, pool, scenario="s/copy=stock")
+    assert (v.status, v.scale, v.gating) == ("regression", "log", True)
+    assert v.delta == pytest.approx(0.72 - 1.0, abs=0.01)
 
 
 def test_paired_invariant_holds_fails_and_straddles() -> None:
@@ -95,44 +100,47 @@ def test_a_metric_only_a_one_run_pool_has_is_gone_without_an_error() -> None:
 
 def test_only_a_scenarios_gating_metrics_are_verdicts() -> None:
     """Issue 19 item 7: req/s, TTFT p50, TPOT (its geometric mean over the requests; issue 34) and the CPU per
-    request of the role the arm changes gate; output tok/s (req/s again), the p99s, TPOT's p50 and the zero-sum shares
-    of the quota are report-only."""
+    request of the role the arm changes gate, and (issue 46) that role's share of the quota; output tok/s (req/s
+    again), the p99s, TPOT's p50 and the other roles' zero-sum shares of the quota are report-only."""
     names = ("requests_per_s", "output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_gmean_ms",
-             "cpu_s_per_request.http_server", "cpu_s_per_request.scheduler", "cpu_share_of_quota.scheduler")
+             "cpu_s_per_request.http_server", "cpu_s_per_request.scheduler", "cpu_share_of_quota.scheduler",
+             "cpu_share_of_quota.http_server")
     pool = Pool({n: RPS for n in names})
     rows = judge_result({n: (20.0, 20.1, 19.9) for n in names}, pool,
                         scenario="engine/transport=cpu/copy=buffer/c=16")
     gated = sorted(v.metric for v in rows if v.is_verdict)
-    assert gated == ["cpu_s_per_request.http_server", "requests_per_s", "tpot_gmean_ms", "ttft_p50_ms"]
+    assert gated == ["cpu_s_per_request.http_server", "cpu_share_of_quota.http_server", "requests_per_s",
+                     "tpot_gmean_ms", "ttft_p50_ms"]
     assert "not a gate of this scenario" in next(v for v in rows if v.metric == "tpot_p50_ms").message
     assert not judge_result({"ttft_p99_ms": (300.0, 310.0)}, Pool({}), scenario="engine/copy=buffer")[0].gating
     share = next(v for v in rows if v.metric == "cpu_share_of_quota.scheduler")
     assert share.status == "report-only"
-    assert "zero-sum: a starved role reads as an improvement" in share.message
+    assert "zero-sum: a starved role reads as an improvement" in share.message  # not the role the arm changes
     assert "not a gate of this scenario" in next(v for v in rows if v.metric == "ttft_p99_ms").message
     ipc = judge_result({n: (20.0, 20.1, 19.9) for n in names}, pool, scenario="engine/transport=cuda_ipc/ipc_cache=on")
     assert "cpu_s_per_request.scheduler" in [v.metric for v in ipc if v.is_verdict]
 
 
 def test_perf_floor_is_a_percent_of_log_metrics_only() -> None:
-    """Issue 19 item 8: --perf-floor 5 % became a floor of 0.05 on a share of the quota (2.5x its declared 0.02)."""
-    shares = [(0.30, 0.31, 0.30), (0.31, 0.30, 0.31), (0.30, 0.30, 0.31), (0.31, 0.31, 0.30)]
-    v = judge_metric("cpu_share_of_quota.scheduler", shares, [0.34, 0.34, 0.35], floor=0.05)
-    assert v.status == "regression"  # +0.04 of the quota: beyond the declared 0.02 floor
-    assert metric("cpu_share_of_quota.scheduler").floor_size(0.05) == 0.02
+    """Issue 19 item 8: --perf-floor 5 % became a floor of 0.05 on a linear metric (2.5x its declared floor); a
+    percent has no unit there, so a linear metric keeps its own."""
+    v = judge_metric("ipc_opens_per_image", [(0.0, 0.01, 0.0)] * 4, [0.08, 0.08, 0.08], floor=0.5)
+    assert v.status == "regression"  # +0.08 opens per image: beyond the declared 0.05, not a floor of 0.5
+    assert metric("ipc_opens_per_image").floor_size(0.5) == 0.05
     assert metric("requests_per_s").floor_size(0.05) == pytest.approx(math.log1p(0.05))
+    assert metric("cpu_share_of_quota.scheduler").floor_size(0.10) == pytest.approx(math.log1p(0.10))  # log scale
 
 
-def test_gpu_util_that_vanished_is_said_and_errors_where_it_gates() -> None:
-    idle = Pool({"requests_per_s": RPS, "gpu_util_mean": [(5.0, 6.0, 5.5)] * 4})
-    rows = judge_result({"requests_per_s": (20.0, 20.1, 19.9)}, idle, scenario="s")
-    (gpu,) = [v for v in rows if v.metric == "gpu_util_mean"]
-    assert gpu.status == "report-only"
-    assert "not measured this run (NVML unavailable?)" in gpu.message
-    assert "judged by TPOT and req/s" in gpu.message
-    busy = Pool({"requests_per_s": RPS, "gpu_util_mean": [(82.0, 83.0, 81.5)] * 4})
-    with pytest.raises(MeasurementError, match="NVML"):
-        judge_result({"requests_per_s": (20.0, 20.1, 19.9)}, busy, scenario="s")
+def test_a_gating_metric_that_vanished_names_nvml() -> None:
+    """A pool that gates on GPU busy (a live arm's rel.*) and a run whose NVML buffer gave nothing: an error naming
+    the fix, never a silently skipped row; the poll (never gating) vanishing is no error."""
+    pool = Pool({"requests_per_s": RPS, "rel.gpu_util_buffer_mean": [(1.0, 0.99, 1.01)] * 4,
+                 "gpu_util_mean": [(45.0, 46.0)] * 4})
+    with pytest.raises(MeasurementError, match="NVML's sample buffer gave no period"):
+        judge_result({"requests_per_s": (20.0, 20.1, 19.9)}, pool, scenario="s/copy=stock")
+    pool = Pool({"requests_per_s": RPS, "gpu_util_mean": [(45.0, 46.0)] * 4})
+    rows = judge_result({"requests_per_s": (20.0, 20.1, 19.9)}, pool, scenario="s/copy=stock")
+    assert [v.metric for v in rows] == ["requests_per_s"]
 
 
 def test_ab_verdict_reports_a_paired_interval() -> None:
@@ -188,14 +196,14 @@ def test_the_recorder_reads_each_windows_engine_instance_from_the_result() -> No
 
 
 def test_the_gating_family_counts_what_really_gates_here() -> None:
-    """gpu_util_mean counts only on a GPU-bound pool; where rel.<m> is measured (CPU tier) it gates, not <m>."""
+    """GPU busy counts as a live arm's rel.* ratio only (never its level, never the poll); each changed role's share
+    of the quota counts beside its CPU per request; where rel.<m> is measured it gates, not <m>."""
     from engine_fixtures.judge.gating import gating
 
     arm = {"copy": "buffer"}
-    idle = Pool({"gpu_util_mean": [(5.0, 6.0)] * 3}).runs_for
-    busy = Pool({"gpu_util_mean": [(85.0, 86.0)] * 3}).runs_for
-    names = ["requests_per_s", "gpu_util_mean", "tpot_gmean_ms"]
-    assert gating(names, arm, idle) == ("requests_per_s", "tpot_gmean_ms")
-    assert gating(names, arm, busy) == ("gpu_util_mean", "requests_per_s", "tpot_gmean_ms")
+    names = ["requests_per_s", "gpu_util_mean", "gpu_util_buffer_mean", "tpot_gmean_ms",
+             "cpu_share_of_quota.http_server", "cpu_share_of_quota.scheduler"]
+    assert gating(names, arm) == ("cpu_share_of_quota.http_server", "requests_per_s", "tpot_gmean_ms")
+    assert "rel.gpu_util_buffer_mean" in gating([*names, "rel.gpu_util_buffer_mean"], arm)
     cpu = ["requests_per_s", "rel.requests_per_s", "latency_p50_ms", "rel.latency_p50_ms", "copy_per_s"]
     assert gating(cpu, arm) == ("copy_per_s", "rel.latency_p50_ms", "rel.requests_per_s")
