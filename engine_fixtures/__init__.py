@@ -26,6 +26,8 @@ _EXPORTS = {
     "CounterBound": "engine_fixtures.scenarios.group",
     "FAMILIES": "engine_fixtures.scenarios.group",
     "REPORTED": "engine_fixtures.scenarios.group",
+    "ROLE_FAMILY": "engine_fixtures.scenarios.group",
+    "SHARE_FAMILY": "engine_fixtures.scenarios.group",
     "INHERIT": "engine_fixtures.scenarios.group",
     "QUOTA_THREADS": "engine_fixtures.scenarios.group",
     "SeedFigure": "engine_fixtures.scenarios.figures",
@@ -51,9 +53,9 @@ _EXPORTS = {
 }
 _RENAMED = {"installed_sglang": "installed"}
 __all__ = [  # noqa: RUF022 (grouped as _EXPORTS)
-    "EngineScenario", "Group", "Arm", "Contrast", "CounterBound", "FAMILIES", "REPORTED", "INHERIT", "QUOTA_THREADS",
-    "SeedFigure", "Point", "Shape", "CpuTierScenario", "CpuTierArm", "THREAD_ARMS", "transport_arm", "find_hidden_caps",
-    "WorkloadSpec", "EngineSpec",
+    "EngineScenario", "Group", "Arm", "Contrast", "CounterBound", "FAMILIES", "REPORTED", "ROLE_FAMILY", "SHARE_FAMILY",
+    "INHERIT", "QUOTA_THREADS", "SeedFigure", "Point", "Shape", "CpuTierScenario", "CpuTierArm", "THREAD_ARMS",
+    "transport_arm", "find_hidden_caps", "WorkloadSpec", "EngineSpec",
     "EngineHandle", "KnownRegression", "SHM_COPY", "IPC_CACHE_OFF", "PP_MICROBATCH_CAP", "installed_sglang",
     "known_regression", "InvariantViolated", "MeasurementError", "ConfigError",
 ]

@@ -180,6 +180,8 @@ def judge_invariant(label: str, m: Metric | str, reference: Sequence[float], cur
 
 
 def judge_rounds(label: str, metrics: Sequence[str], reference: Mapping[str, Sequence[float]],
-                 candidate: Mapping[str, Sequence[float]], bound: float, alpha: float = ALPHA) -> list[Verdict]:
-    """A contrast of the CPU tier's arms: ``judge_invariant`` per metric, from each arm's samples by metric."""
-    return [judge_invariant(label, m, reference[m], candidate[m], bound, alpha=alpha) for m in metrics]
+                 candidate: Mapping[str, Sequence[float]], bound_of: Callable[[str], float],
+                 alpha: float = ALPHA) -> list[Verdict]:
+    """A contrast of the CPU tier's arms: ``judge_invariant`` per metric against its bound (``Contrast.bound_of``),
+    from each arm's samples by metric."""
+    return [judge_invariant(label, m, reference[m], candidate[m], bound_of(m), alpha=alpha) for m in metrics]

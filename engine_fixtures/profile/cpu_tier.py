@@ -67,7 +67,7 @@ def after_verdicts(scenario, settings, judge, book: ProfileBook,  # type: ignore
         status = {a.id: {v.status for v in judge(by[a.id], alpha)} for a in scenario.judged_arms}
         inv_status = {c.label: next((s for s in ("regression", "inconclusive") if any(
             v.status == s for v in judge_rounds(c.label, c.metrics, by[c.reference].samples, by[c.candidate].samples,
-                                                c.bound, alpha))), "pass") for c in scenario.contrasts}
+                                                c.bound_of, alpha))), "pass") for c in scenario.contrasts}
         for inv in scenario.contrasts:  # a contrast's verdict is its arms' too
             for arm_id in (inv.reference, inv.candidate):
                 status.setdefault(arm_id, set()).add(inv_status[inv.label])

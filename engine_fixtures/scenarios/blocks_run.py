@@ -156,7 +156,7 @@ def contrast_verdicts(group: Group, contrast: Contrast, windows: ArmWindows, blo
     (cand_w,) = arm_windows(group, windows, contrast.candidate)
     if group.ab:
         wanted: Sequence[str] = gating({k for ws in windows.values() for _, w in ws for k in w
-                                        if metric(k).judged and metric(k).condition is None}, judging.ab_axes or {})
+                                        if metric(k).judged}, judging.ab_axes or {})
     else:
         wanted = group.families(contrast)
     names = [n for n in wanted if is_known(n) and metric(n).direction != "none"
@@ -170,7 +170,7 @@ def contrast_verdicts(group: Group, contrast: Contrast, windows: ArmWindows, blo
         units = ("engine blocks" if not group.separate else
                  "groups" if len(per_unit) >= 2 or null is not None else "pair blocks")
         v = judge_contrast(label, name, metric_blocks(ref_w, name)[0], metric_blocks(cand_w, name)[0],
-                           per_block if units != "groups" else per_unit, units=units, bound=contrast.bound,
+                           per_block if units != "groups" else per_unit, units=units, bound=contrast.bound_of(name),
                            budget=judging.budget, alpha=judging.alpha, floor=judging.floor, family=family,
                            detect=judging.detect, null=null, arm=judging.ab_axes if group.ab else None)
         out.append(as_diagnostic(v, f"reported, never gating: {REPORTED_WHY.get(name, contrast.why)}")

@@ -50,7 +50,7 @@ def open_cells(scenario: CpuTierScenario, results: Sequence[RunResult], judge: J
     return sequential.open_cells(
         pools={arm.id: judge(by[arm.id], alpha) for arm in scenario.judged_arms},
         contrasts={c.label: judge_rounds(c.label, c.metrics, by[c.reference].samples, by[c.candidate].samples,
-                                         c.bound, alpha) for c in scenario.contrasts})
+                                         c.bound_of, alpha) for c in scenario.contrasts})
 
 
 def rounds_budget(scenario: CpuTierScenario, settings: Settings) -> Budget:

@@ -43,21 +43,26 @@ from engine_fixtures.sglang_plugin import patches
 __all__ = ["INHERIT", "QUOTA_THREADS", "Arm", "Contrast", "CounterBound", "Group"]  # Arm lives in scenarios.arm
 
 ROLE_FAMILY = "cpu_s_per_request.<role>"
+SHARE_FAMILY = "cpu_share_of_quota.<role>"
+ROLE_FAMILIES = (ROLE_FAMILY, SHARE_FAMILY)  # resolved to the roles a contrast's two arms differ in (``families``)
 # The families a contrast gates on, each by its window statistic with the smallest per-block spread (TPOT: the
 # geometric mean of per-request TPOT; TTFT: the median, which stayed the quietest once the warm-up ends with its
-# in-flight wave; docs/results/estimators-2026-12-03), and the figures users read, shown beside them, never gating.
-FAMILIES: tuple[str, ...] = ("requests_per_s", "ttft_p50_ms", "tpot_gmean_ms", ROLE_FAMILY, "gpu_util_mean",
-                              "tpot_p50_ms")
+# in-flight wave; docs/results/estimators-2026-12-03; GPU busy: NVML's sample buffer, issue 46), and the figures
+# users read, shown beside them, never gating. A role's share of the quota is judged only where a quota applies
+# (the arms measure it there): it is the figure the seed published, with the CPU per request beside it.
+FAMILIES: tuple[str, ...] = ("requests_per_s", "ttft_p50_ms", "tpot_gmean_ms", ROLE_FAMILY, SHARE_FAMILY,
+                              "gpu_util_buffer_mean", "gpu_util_mean", "tpot_p50_ms")
 # Measured and shown with their interval in every contrast, never gating, and why (a contrast adds its own).
 REPORTED_WHY: Mapping[str, str] = {
     "tpot_p50_ms": "the TPOT figure users read; TPOT gates on its geometric mean over the requests, 3-5x quieter per "
                    "block (TPOT is bimodal per lockstep wave)",
-    "gpu_util_mean": "NVML's utilisation is a coarse duty-cycle counter: its per-block sd of 3-5 points cannot resolve "
-                     "the 5-point ceiling in a nightly's blocks (catches 12-15 points at 8 blocks, H200 2026-12-02); a "
-                     "CPU-side slowdown that idles the GPU shows in req/s and TTFT, which gate",
+    "gpu_util_mean": "a 10 Hz poll of NVML's last-period average, shown beside the sample buffer's mean "
+                     "(gpu_util_buffer_mean), which gates: the poll reads each driver period as often as it happens to "
+                     "be polled and its per-block sd was 3-6 points (10-16 %) on the H200's 4B shape",
 }
 REPORTED: tuple[str, ...] = tuple(REPORTED_WHY)
-REL_METRICS = ("requests_per_s", "ttft_p50_ms", "tpot_gmean_ms")  # a live arm's ratios over its group's control
+# A live arm's ratios over its group's control, gated against its pool instead of its level (GPU busy gates only so).
+REL_METRICS = ("requests_per_s", "ttft_p50_ms", "tpot_gmean_ms", "gpu_util_buffer_mean")
 # The roles whose CPU an axis changes (SGLang's processes by title): the copy and its threads run in the
 # tokenizer manager (the HTTP server process), the IPC cache opens handles in the scheduler.
 PATCH_ROLES: Mapping[str, str] = patches.ROLES  # the process each named patch runs in (its target's)
@@ -68,7 +73,9 @@ REPLICA_MARK = "@"  # a member of a group of launches started more than once per
 @dataclass(frozen=True)
 class Contrast:
     """``candidate >= bound x reference`` in each metric of ``metrics`` (the good direction of each), for two arms of
-    one group. ``bound`` 1.0 reads "no worse"; 0.9 lets the candidate lose up to 10 % before it is flagged."""
+    one group. ``bound`` 1.0 reads "no worse"; 0.9 lets the candidate lose up to 10 % before it is flagged.
+    ``bounds``: a family's own bound where the contrast's does not fit it (``(("cpu_share_of_quota.<role>", 0.5),)``:
+    the candidate's share of the quota at most 2x the reference's), justified in ``why`` like the contrast's."""
 
     label: str
     reference: str
@@ -77,10 +84,17 @@ class Contrast:
     metrics: tuple[str, ...] = FAMILIES
     why: str = ""  # what the contrast guards and why its bound is right (shown with its verdicts)
     report: tuple[str, ...] = REPORTED  # measured and shown with their interval, never gating (say why in ``why``)
+    bounds: tuple[tuple[str, float], ...] = ()  # (family, bound): a family's own bound (a role family for its roles)
 
     def __post_init__(self) -> None:
-        if not self.bound > 0:
-            raise ConfigError(f"contrast {self.label!r}: bound must be > 0, got {self.bound}")
+        for family, bound in ((None, self.bound), *self.bounds):
+            if not bound > 0:
+                raise ConfigError(f"contrast {self.label!r}: bound{f' of {family}' if family else ''} must be > 0, "
+                                  f"got {bound}")
+        strays = [f for f, _ in self.bounds if f not in self.metrics]
+        if strays:
+            raise ConfigError(f"contrast {self.label!r}: bounds name {strays}, which are not among its metrics "
+                              f"{list(self.metrics)}")
         if not set(self.metrics) - set(self.report):
             raise ConfigError(f"contrast {self.label!r}: every metric of {list(self.metrics)} is reported (report="
                               f"{list(self.report)}), so nothing gates it; name a gating metric (TPOT gates as "
@@ -89,6 +103,13 @@ class Contrast:
     @property
     def id(self) -> str:
         return self.label.replace(" ", "-")
+
+    def bound_of(self, name: str) -> float:
+        """The bound a metric of this contrast is judged against (``cpu_share_of_quota.http_server`` takes the bound
+        declared for ``cpu_share_of_quota.<role>``)."""
+        prefix, dot, _ = name.partition(".")
+        own = dict(self.bounds)
+        return own.get(name, own.get(f"{prefix}.<role>", self.bound) if dot else self.bound)
 
 
 @dataclass(frozen=True)
@@ -282,7 +303,7 @@ class Group:
         raise ConfigError(f"group {self.id} has no contrast {label!r}")
 
     def families(self, contrast: Contrast) -> tuple[str, ...]:
-        """The contrast's metrics, ``cpu_s_per_request.<role>`` resolved to the roles its two arms differ in (the copy
+        """The contrast's metrics, each role family resolved to the roles its two arms differ in (the copy
         and its threads run in the tokenizer manager, the IPC handles open in the scheduler, a build changes either,
         a named patch runs where ``PATCH_ROLES`` says)."""
         ref, cand = self.arm(contrast.reference), self.arm(contrast.candidate)
@@ -299,7 +320,7 @@ class Group:
             roles += ["http_server", "scheduler"]
         out: list[str] = []
         for m in contrast.metrics:
-            names = [f"cpu_s_per_request.{r}" for r in dict.fromkeys(roles)] if m == ROLE_FAMILY else [m]
+            names = ([m.replace("<role>", r) for r in dict.fromkeys(roles)] if m in ROLE_FAMILIES else [m])
             out += [n for n in names if n not in out]
         return tuple(out)
 

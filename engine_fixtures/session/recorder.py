@@ -265,7 +265,7 @@ class InvariantJudge:
         if hasattr(declared, "limit"):
             return self.counter(declared)
         ref, cur = self.results.get(declared.reference), self.results.get(declared.candidate)
-        rows = [self.recorder.invariant(declared.label, m, ref, cur, declared.bound) for m in declared.metrics]
+        rows = [self.recorder.invariant(declared.label, m, ref, cur, declared.bound_of(m)) for m in declared.metrics]
         return rows[-1]
 
     def counter(self, bound: Any) -> Verdict:
