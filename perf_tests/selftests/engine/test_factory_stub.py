@@ -1,4 +1,5 @@
-"""EngineFactory: reuse by key, one live engine at a time, cgroup sandbox, leak check after every stop."""
+"""EngineFactory: reuse by key, one live engine at a time, cgroup sandbox (and what a window under it measures), leak
+check after every stop."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -17,8 +19,13 @@ from engine_fixtures.isolation import run_registry
 from engine_fixtures.isolation.cgroups import probe_quota_support
 from engine_fixtures.isolation.leaks import LeakSnapshot
 from engine_fixtures.isolation.signals import sigkill_and_wait
+from engine_fixtures.loadgen.stream import LoadStream
 from engine_fixtures.model.modeldir import write_model_dir
+from engine_fixtures.scenarios.engine import EngineScenario
+from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
+from engine_fixtures.scenarios.timeline import Timeline
 from perf_tests.support import launcher
+from perf_tests.support.fake_nvml import FakeNvml, fake_nvml
 
 STUB = launcher("stub_engine")
 
@@ -60,6 +67,38 @@ def test_engine_tree_runs_inside_its_cpu_quota_and_the_cgroup_is_removed(model: 
     finally:
         f.close()
     assert not cgroup.exists()
+
+
+@pytest.mark.skipif(probe_quota_support() is not None, reason=str(probe_quota_support()))
+def test_a_window_under_a_quota_yields_both_estimators_of_each_new_family(model: Path, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 46 on the stub engine, in a real 1.5-core cgroup, with the fake NVML: a window yields GPU busy from the
+    sample buffer (the periods that ended inside it, 6 a second here) beside the 10 Hz poll's, the tokenizer's SM
+    share from the per-process buffer, and each role's share of the quota beside its CPU per request."""
+    fake = FakeNvml(switch_after=10**9)
+    fake_nvml(monkeypatch, fake)
+    f = EngineFactory(tmp_path, deadline_s=60.0)
+    try:
+        h = f.get(EngineSpec(model, launcher=STUB, name="stub", proof=False, cpu_quota=1.5))
+        (root,) = h.pids()["http_server"]
+        now = time.time()
+        periods = [now + k / 6 for k in range(1, 6 * 120)]
+        fake.util_samples = {0: [(t, 62.0 if k % 2 else 58.0) for k, t in enumerate(periods)]}
+        fake.proc_samples = {0: [(t, root, 55.0) for t in periods]}
+        with LoadStream() as stream:
+            plan = SegmentPlan(EngineScenario("stub", concurrency=4, output_tokens=16).workload(), 2, 1.0, 0.3)
+            ws = measure_segment(h, stream, plan, Timeline())
+    finally:
+        f.close()
+    for w in ws:
+        assert w["gpu_util_mean"] == 40.0  # the fake's poll
+        assert w["gpu_util_buffer_mean"] == pytest.approx(60.0, abs=0.5)  # 58 and 62 alternating, each period once
+        assert 5 <= w["gpu_util_buffer_periods"] <= 7  # a 1 s window of 1/6 s periods
+        assert w["gpu_sm_util.http_server"] == 55.0
+        share = w["cpu_share_of_quota.http_server"]
+        assert share > 0
+        assert share == pytest.approx(w["cpu_cores.http_server"] / 1.5, rel=1e-6)
+        assert w["cpu_s_per_request.http_server"] == pytest.approx(w["cpu_cores.http_server"] / w["requests_per_s"])
 
 
 NEIGHBOUR = """

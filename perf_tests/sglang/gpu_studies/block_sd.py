@@ -34,8 +34,8 @@ STATISTICS: Mapping[str, Callable[[np.ndarray], float]] = {
     "gmean": lambda v: float(np.exp(np.log(v).mean())) if (v > 0).all() else math.nan,
     "trim20": lambda v: float(stats.trim_mean(v, 0.2)),
 }
-STORED = ("gpu_util_mean",)  # linear: its block effect is a difference in points
-STORED_PREFIX = "cpu_s_per_request."
+STORED = ("gpu_util_mean", "gpu_util_buffer_mean")  # the poll (linear: points) and NVML's sample buffer (log: %)
+STORED_PREFIXES = ("cpu_s_per_request.", "cpu_share_of_quota.")
 MODES = ("as stored", "warm-up rule")
 
 
@@ -76,21 +76,23 @@ def _arm_windows(result: RunResult, warmup_rule: bool) -> list[tuple[int, dict[s
     if not (visits and stored) or not len(windows) == len(visits) == len(stored):
         raise BaselineError(f"{result.scenario}: its windows' blocks, visits and requests are not all stored alike")
     return [(block, {**window_values(window, warmup_rule and nth == 0),
-                     **{n: v for n, v in values.items() if n in STORED or n.startswith(STORED_PREFIX)}})
+                     **{n: v for n, v in values.items() if n in STORED or n.startswith(STORED_PREFIXES)}})
             for (block, values), (_visit, nth), window in zip(windows, visits, stored, strict=True)]
 
 
 def _sd(reference: Sequence[tuple[int, dict[str, float]]], candidate: Sequence[tuple[int, dict[str, float]]],
         name: str) -> tuple[float, int]:
-    """The per-block sd of the effect (``judge.blocks.effects_by_block``), % on the log scale, points for GPU."""
-    metric = "gpu_util_mean" if name in STORED else "requests_per_s"  # a registered metric of the same scale
+    """The per-block sd of the effect (``judge.blocks.effects_by_block``), % on the log scale, points for the linear
+    poll of GPU utilisation."""
+    linear = name == "gpu_util_mean"
+    metric = name if linear else "requests_per_s"  # a registered metric of the same scale
     ref = [(b, w[name]) for b, w in reference if name in w and math.isfinite(w[name])]
     cand = [(b, w[name]) for b, w in candidate if name in w and math.isfinite(w[name])]
     effects = effects_by_block(metric, [v for _, v in ref], [b for b, _ in ref], [v for _, v in cand],
                                [b for b, _ in cand])
     if len(effects) < 2:
         return math.nan, len(effects)
-    return (1.0 if name in STORED else 100.0) * float(np.std(effects, ddof=1)), len(effects)
+    return (1.0 if linear else 100.0) * float(np.std(effects, ddof=1)), len(effects)
 
 
 def block_sd_rows(files: Sequence[tuple[str, ResultsFile]]) -> tuple[dict[str, list[PairRow]], dict[str, Any]]:
@@ -140,8 +142,9 @@ def render_blocks(tables: Mapping[str, Sequence[PairRow]]) -> list[Table]:
         names = sorted({n for r in rows for n in r.sd_pct})
         table = Table(title=f"Per-block sd of the effect, % (GPU: points): {mode}")
         for col in ("group", "pair", "blocks", *names):
-            table.add_column(col.replace(STORED_PREFIX, "cpu.").replace("requests_per_s", "req/s")
-                             .replace("gpu_util_mean", "gpu pts"))
+            table.add_column(col.replace("cpu_s_per_request.", "cpu.").replace("requests_per_s", "req/s")
+                             .replace("cpu_share_of_quota.", "share.")
+                             .replace("gpu_util_buffer_mean", "gpu buf %").replace("gpu_util_mean", "gpu pts"))
         for r in rows:
             table.add_row(r.group, r.pair, str(r.blocks),
                           *(f"{r.sd_pct[n]:.1f}" if math.isfinite(r.sd_pct.get(n, math.nan)) else "-" for n in names))
