@@ -36,7 +36,7 @@ _HORIZONTAL = {"orientation": "horizontal"} if _MPL >= (3, 10) else {"vert": Fal
 
 THROUGHPUT = ("requests_per_s", "output_tokens_per_s", "copy_per_s")
 CONCURRENCY_AXES = ("c", "concurrency")
-SHARE = ("producer_share_of_quota", "producer_cpu_cores", "gpu_util_mean", "throttled_ratio")
+SHARE = ("producer_share_of_quota", "producer_cpu_cores", "gpu_util_mean", "gpu_util_buffer_mean", "throttled_ratio")
 
 
 def _png(fig: Figure) -> str:
