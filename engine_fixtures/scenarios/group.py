@@ -57,8 +57,9 @@ REPORTED_WHY: Mapping[str, str] = {
     "tpot_p50_ms": "the TPOT figure users read; TPOT gates on its geometric mean over the requests, 3-5x quieter per "
                    "block (TPOT is bimodal per lockstep wave)",
     "gpu_util_mean": "a 10 Hz poll of NVML's last-period average, shown beside the sample buffer's mean "
-                     "(gpu_util_buffer_mean), which gates: the poll reads each driver period as often as it happens to "
-                     "be polled and its per-block sd was 3-6 points (10-16 %) on the H200's 4B shape",
+                     "(gpu_util_buffer_mean), which gates: the buffer reads each driver period once, cut at the "
+                     "window's edges by the driver's timestamp; beside it on one H100 the poll was about as noisy per "
+                     "block (8.6 against 8.0 % rms, docs/results/h100-issue46-2026-12-06)",
 }
 REPORTED: tuple[str, ...] = tuple(REPORTED_WHY)
 # A live arm's ratios over its group's control, gated against its pool instead of its level (GPU busy gates only so).

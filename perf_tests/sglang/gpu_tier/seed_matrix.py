@@ -75,8 +75,9 @@ CPU = Group(
                  why="regression 1: SGLang's own copy keeps up with the one-memcpy buffer copy under a quota. 0.9x: "
                      "the fan-out it guards costs 28-35 % of req/s on the H200 (7 runs) and 63 % in the seed, far "
                      "beyond it, while 10 % is what one engine's blocks resolve in the nightly's budget; the same "
-                     "0.9x on GPU busy (the GPU starves: 26 against 76 % in the seed, 0.65-0.75x on the H200) and on "
-                     "the tokenizer's share of the quota (the seed's 1089 against 44 %, 3.6x on the H200)"),
+                     "0.9x on GPU busy (the GPU starves: 26 against 76 % in the seed, 0.62-0.74x on the H200, "
+                     "0.65-0.68x on an H100) and on the tokenizer's share of the quota (the seed's 1089 against 44 "
+                     "%, 3.5-4.3x)"),
         Contrast("buffer >= torch", "torch", "buffer",
                  why="the buffer copy is the fix: one memcpy, never slower than torch's intra-op copy under a quota, "
                      "never idling the GPU more, never taking more of the quota. 1.0x: the fix must lose nothing "

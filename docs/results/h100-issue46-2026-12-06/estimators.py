@@ -6,7 +6,8 @@ For every pair of arms of a live group served in the same blocks (candidate vs r
 read them) and each metric: the mean per-block effect and its sd, on the log scale (% of the reference, as the suite
 judges GPU busy, the shares and the CPU per request) and, for the two GPU estimators, in points too. "poll" is
 ``gpu_util_mean`` (NVML's last-period average polled at 10 Hz), "buffer" ``gpu_util_buffer_mean`` (each period of
-NVML's sample buffer once); ``periods`` is the buffer's periods per window (its sample rate).
+NVML's sample buffer once), ``gpu_sm_util.<role>`` the SM share of a role's processes from NVML's per-process
+buffer; ``periods`` is the buffer's periods per window (its sample rate).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import numpy as np
 from engine_fixtures.judge.blocks import effects_by_block
 
 PAIRS = {("stock", "buffer"), ("torch", "buffer"), ("stock-capped", "buffer"), ("stock", "on"), ("off", "on")}
-LOG = ("requests_per_s", "gpu_util_mean", "gpu_util_buffer_mean", "cpu_share_of_quota.http_server",
+LOG = ("requests_per_s", "gpu_util_mean", "gpu_util_buffer_mean", "gpu_sm_util.scheduler", "gpu_sm_util.http_server",
+       "cpu_share_of_quota.http_server",
        "cpu_s_per_request.http_server", "cpu_share_of_quota.scheduler", "cpu_s_per_request.scheduler")
-POINTS = ("gpu_util_mean", "gpu_util_buffer_mean")
+POINTS = ("gpu_util_mean", "gpu_util_buffer_mean", "gpu_sm_util.scheduler", "gpu_sm_util.http_server")
 
 
 def arms(path: str) -> dict[str, dict]:
