@@ -155,8 +155,8 @@ _ALL: tuple[Metric, ...] = (
     _m("rebuild_ms_per_image", "ms/img", "lower", LOG, 0.05, "scheduler time to rebuild a shared feature per image, "
        "from the proof counters; one value per segment, on its first window", ab=0.15, most=0.50),
     # GPU busy (higher is better at the same load): NVML's sample buffer gates between arms of one build; the poll is
-    # shown beside it. 15 %: the ceiling a live contrast may promise (its per-block sd was 1.5-2x req/s's on an H100,
-    # 2-4x with the poll on the H200s of 2026-12-03: docs/results/h100-issue46-2026-12-06).
+    # shown beside it. 15 %: the ceiling a live contrast may promise (its per-block sd was 7.8 % rms on two H100 hosts,
+    # 1.5-2x req/s's; the poll's 10.7 %, and 9-16 % on the H200s of 2026-12-03: docs/results/h100-issue46-2026-12-06b).
     _m("gpu_util_buffer_mean", "%", "higher", LOG, 0.03, "mean of NVML's own GPU utilisation samples whose driver "
        "period ended in the window (nvmlDeviceGetSamples: each period once, not a poll of the last 1 s average)",
        SAME_BUILD, ab=0.15, most=0.50),

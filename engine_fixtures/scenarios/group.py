@@ -58,8 +58,8 @@ REPORTED_WHY: Mapping[str, str] = {
                    "block (TPOT is bimodal per lockstep wave)",
     "gpu_util_mean": "a 10 Hz poll of NVML's last-period average, shown beside the sample buffer's mean "
                      "(gpu_util_buffer_mean), which gates: the buffer reads each driver period once, cut at the "
-                     "window's edges by the driver's timestamp; beside it on one H100 the poll was about as noisy per "
-                     "block (8.6 against 8.0 % rms, docs/results/h100-issue46-2026-12-06)",
+                     "window's edges by the driver's timestamp; on the same windows of two H100 hosts the poll was "
+                     "noisier per block (10.7 against 7.8 % rms, docs/results/h100-issue46-2026-12-06b)",
 }
 REPORTED: tuple[str, ...] = tuple(REPORTED_WHY)
 # A live arm's ratios over its group's control, gated against its pool instead of its level (GPU busy gates only so).
