@@ -1,6 +1,6 @@
 """Per-block sd of the GPU-busy estimators and of the CPU families, both estimators from the same windows of one run.
 
-    python docs/results/h200-issue46-2026-12-06/estimators.py RESULTS.json [RESULTS.json ...]
+    python docs/results/h100-issue46-2026-12-06/estimators.py RESULTS.json [RESULTS.json ...]
 
 For every pair of arms of a live group served in the same blocks (candidate vs reference, as the nightly's contrasts
 read them) and each metric: the mean per-block effect and its sd, on the log scale (% of the reference, as the suite
@@ -22,8 +22,8 @@ import numpy as np
 from engine_fixtures.judge.blocks import effects_by_block
 
 PAIRS = {("stock", "buffer"), ("torch", "buffer"), ("stock-capped", "buffer"), ("stock", "on"), ("off", "on")}
-LOG = ("requests_per_s", "gpu_util_mean", "gpu_util_buffer_mean", "gpu_sm_util.scheduler", "gpu_sm_util.http_server",
-       "cpu_share_of_quota.http_server",
+LOG = ("requests_per_s", "tpot_gmean_ms", "ttft_p50_ms", "gpu_util_mean", "gpu_util_buffer_mean",
+       "gpu_sm_util.scheduler", "gpu_sm_util.http_server", "cpu_share_of_quota.http_server",
        "cpu_s_per_request.http_server", "cpu_share_of_quota.scheduler", "cpu_s_per_request.scheduler")
 POINTS = ("gpu_util_mean", "gpu_util_buffer_mean", "gpu_sm_util.scheduler", "gpu_sm_util.http_server")
 
