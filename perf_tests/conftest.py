@@ -5,12 +5,15 @@ from __future__ import annotations
 import fcntl
 import os
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
 import pytest
+
+from perf_tests.support import private_shm
 
 
 @pytest.fixture(autouse=True)
@@ -71,14 +74,11 @@ XDIST_GROUPS: dict[str, tuple[str, ...]] = {
         "selftests/harness/test_preflight.py", "selftests/harness/test_plugin.py",
     ),
     "engine-trees": (
-        # Runs of pytest inside a test that measure with stub engines (the machine lock, as above, and the trees).
-        "selftests/engine/test_engine_scenarios_stub.py", "selftests/engine/test_live_stub.py",
-        "selftests/engine/test_group_stub.py",
         # SGLang-titled stub engines and process trees started by the test itself: one such tree at a time (their
         # leak checks and fault cycles count processes and /dev/shm pools by owner).
 
         "selftests/engine/test_engine_runs_stub.py",
-        "selftests/engine/test_live_arm_stub.py", "selftests/engine/test_live_arm_proof.py",
+        "selftests/engine/test_live_arm_proof.py",
         "selftests/harness/test_soak.py",
         "selftests/harness/test_process.py", "selftests/harness/test_roles.py", "selftests/harness/test_owner.py",
         "selftests/profile/test_profile_cpu_tier.py", "selftests/profile/test_profile_stub_engine.py",
@@ -88,6 +88,14 @@ XDIST_GROUPS: dict[str, tuple[str, ...]] = {
         # beside it takes for an SGLang leftover (OWNERLESS_PREFIXES) and removes: the pool's finaliser then failed
         # in sem_unlink (FileNotFoundError, CI 2026-12-06, beside the engine trees on the other worker).
         "sglang/transport/test_shm_lifecycle.py",
+    ),
+    # Runs of pytest inside a test that measure with stub engines (the machine lock, as above, and engine trees). When
+    # each worker has its own /dev/shm (``support.private_shm``: root on Linux), no pool or semaphore of theirs is
+    # seen by the other worker's leak checks, so they run beside the engine-trees group, one at a time among
+    # themselves (each takes the machine lock); elsewhere they join the engine-trees group (``_group_of``).
+    "engine-runs": (
+        "selftests/engine/test_engine_scenarios_stub.py", "selftests/engine/test_live_stub.py",
+        "selftests/engine/test_group_stub.py",
     ),
 }
 # Nothing else runs while these do (they join the engine trees' group, so they never wait for one of those
@@ -101,7 +109,11 @@ XDIST_GROUPS: dict[str, tuple[str, ...]] = {
 # test_factory_stub's live-neighbour test found its neighbour's segment gone twice on 2026-12-04 (CI, and a local
 # xdist run), each time with engine-tree tests running on the other worker (the broken loadgroup, above), never alone
 # (20 runs); it runs alone too (10 s), and its assertion says whether the neighbour still ran and what the check found.
+# test_live_arm_stub reads the stub's documented cost of a live arm as a TTFT gap (at least half its 40 ms): beside a
+# run of pytest measuring stub engines on the other worker it read 18.6 ms (2026-12-06, three workers), so it runs
+# alone too (7 s).
 EXCLUSIVE: tuple[str, ...] = (
+    "selftests/engine/test_live_arm_stub.py",
     "selftests/harness/test_sweep.py", "selftests/harness/test_leaks.py", "selftests/engine/test_engine_stub.py",
     "selftests/engine/test_factory_stub.py",
     "selftests/engine/test_patches.py",
@@ -114,6 +126,7 @@ _HERE = Path(__file__).parent
 _SHARE_KEY = pytest.StashKey[IO[bytes]]()
 _GROUP_KEY = pytest.StashKey[dict[str, IO[bytes]]]()  # each group's lock, by name (EXCLUSIVE is in "engine-trees")
 _HELD_KEY = pytest.StashKey[bool]()  # this worker holds the group lock and an exclusive share lock across tests
+_OWN_SHM_KEY = pytest.StashKey[bool]()  # this worker runs in its own mount namespace with its own /dev/shm
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -125,6 +138,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is not None:  # an xdist worker: the run's lock files, shared by its workers
         config.stash[_SHARE_KEY] = _lock_file(config, workerinput, "")
         config.stash[_GROUP_KEY] = {name: _lock_file(config, workerinput, f"-{name}") for name in XDIST_GROUPS}
+        why_not = private_shm.enter()
+        config.stash[_OWN_SHM_KEY] = why_not is None
+        if why_not is not None:
+            sys.stderr.write(f"{workerinput['workerid']}: /dev/shm shared with the other worker ({why_not}): the "
+                             "runs of pytest with stub engines join the engine-trees group\n")
 
 
 def _lock_file(config: pytest.Config, workerinput: dict, suffix: str) -> IO[bytes]:
@@ -142,14 +160,22 @@ _GROUP_OF = {path: name for name, paths in XDIST_GROUPS.items() for path in path
     EXCLUSIVE, "engine-trees")
 
 
+def _group_of(rel: str, own_shm: bool) -> str | None:
+    """The group of a module (path under perf_tests/): the engine-runs join the engine trees without a private
+    /dev/shm per worker."""
+    name = _GROUP_OF.get(rel)
+    return "engine-trees" if name == "engine-runs" and not own_shm else name
+
+
 def pytest_itemcollected(item: pytest.Item) -> None:
     """The marks go on as each test is collected: xdist reads xdist_group in its collection_modifyitems."""
     try:
         rel = item.path.relative_to(_HERE).as_posix()
     except ValueError:
         return
-    if rel in _GROUP_OF:
-        item.add_marker(pytest.mark.xdist_group(_GROUP_OF[rel]))
+    group = _group_of(rel, item.config.stash.get(_OWN_SHM_KEY, False))
+    if group is not None:
+        item.add_marker(pytest.mark.xdist_group(group))
     if rel in EXCLUSIVE:
         item.add_marker(pytest.mark.exclusive)
 
