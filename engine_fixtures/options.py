@@ -124,6 +124,11 @@ OPTIONS: tuple[Option, ...] = (
            "its first wave only (the engine is warm and drained at its switch).", parse_nonnegative_float, 1.0, "S"),
     Option("ab_blocks", "A group of engines: mirrored blocks (A B C D D C B A over its engines) measured on each "
            "fresh instance group.", parse_positive_int, 4, "N"),
+    Option("ab_stage", "A group of engines: 'on' moves the engine being measured onto the stage (the engines' CPUs "
+           "less two cores) and parks the idle members, whose schedulers busy-poll, on those two, so every engine is "
+           "measured on the same CPUs beside the same neighbours; 'off' leaves every member on the engines' whole set. "
+           "Needs pinned engines (--perf-engine-cpus) with 6 or more cores.", parse_choice("off", "on"), "on",
+           "off|on"),
     Option("engine_cpus", "CPUs for the engines, disjoint from the load client's: 'auto' pins on machines with 8 or "
            "more visible CPUs (the client gets the last quarter, at least 2, unless --perf-client-cpus names them), "
            "'off' pins nothing, or a list such as 0-11.", parse_cpus_setting, "auto", "auto|off|LIST"),
@@ -287,6 +292,7 @@ class Settings:
     window_s: float = 3.0
     warmup_s: float = 1.0
     ab_blocks: int = 4
+    ab_stage: str = "on"
     engine_cpus: tuple[int, ...] | str = "auto"
     role_cpus: str = "off"
     scale: str = "smoke"

@@ -39,7 +39,7 @@ from engine_fixtures.errors import ConfigError, LeakError, MeasurementError, Pro
 from engine_fixtures.isolation import roles
 from engine_fixtures.isolation.cgroups import CpuQuota
 from engine_fixtures.isolation.leaks import shm_held_by_tree
-from engine_fixtures.isolation.pinning import pin_roles
+from engine_fixtures.isolation.pinning import RolePlacement, pin_roles
 from engine_fixtures.isolation.process import (
     LaunchSpec,
     StopReport,
@@ -133,6 +133,11 @@ class EngineHandle:
         found = roles.discover(self.pid, roles.SGLANG_ROLES)
         self._remember(p for pids in found.values() for p in pids)
         return found
+
+    def place(self, placement: RolePlacement) -> None:
+        """Every thread of every process of this engine onto its role's CPUs of ``placement`` (``pin_roles``; the
+        stage of a group alive together, ``isolation.pinning.Stage``); ``pinned`` says where each role went."""
+        self.pinned = pin_roles(self.pids(), placement)
 
     def _remember(self, pids: Iterable[int]) -> None:
         for pid in pids:

@@ -155,3 +155,48 @@ def pin_roles(pids: Mapping[str, Sequence[int]], placement: RolePlacement) -> di
                     os.sched_setaffinity(tid, cpus)
             done[role] = cpus
     return done
+
+
+# ------------------------------------------------------------------------------------------------ the stage
+# Engines alive together (an A/B's instance group) are served one at a time, but every one of them is running: an
+# SGLang scheduler busy-polls about one core whether or not it has work (H200 2026-11-30), so three idle engines
+# spin three cores in the measured engine's CPU set, wherever the kernel put them, and which engine shares its CPUs
+# with which spinner is a property of the engine's start, kept for its life: a candidate source of the offset
+# between two engines of one build (issue 52). The stage removes it by construction: the engine being measured is
+# moved onto the stage (every thread of its tree; per-role pinning inside it where asked), every other member onto
+# the wings, a core or two of the engines' set that no measured engine ever runs on. Every engine is then measured
+# on the same CPUs with the same neighbours, whatever its start.
+WING_CORES = 2  # idle members only spin: two physical cores hold any number of them
+
+
+@dataclass(frozen=True)
+class Stage:
+    """The CPUs the measured member of a group runs on, and the wings the idle members are parked on."""
+
+    stage: tuple[int, ...]
+    wings: tuple[int, ...]
+    roles: RolePlacement | None = None  # per-role pinning inside the stage (``--perf-role-cpus on``)
+
+    def placement(self, measured: bool) -> RolePlacement:
+        """Where a member's processes go: per role on the stage (or its whole tree there), else on the wings."""
+        if not measured:
+            return RolePlacement((), self.wings)
+        return self.roles if self.roles is not None else RolePlacement((), self.stage)
+
+    def describe(self) -> str:
+        on = self.roles.describe() if self.roles is not None else f"CPUs {_ranges(self.stage)}"
+        return f"the measured engine on {on}; the idle ones parked on CPUs {_ranges(self.wings)}"
+
+
+def stage_split(engine: Sequence[int], *, roles: bool = False,
+                topology: Path = Path("/sys/devices/system/cpu")) -> Stage:
+    """The last ``WING_CORES`` physical cores of ``engine`` as the wings, the rest the stage (with per-role pinning
+    inside it if ``roles``). ConfigError where the set has too few cores to leave a stage of at least 4."""
+    cores = physical_cores(engine, topology)
+    if len(cores) < WING_CORES + 4:
+        raise ConfigError(f"the stage needs {WING_CORES + 4} physical cores in the engines' CPUs ({_ranges(engine)} "
+                          f"hold {len(cores)}): give the engines more CPUs (--perf-engine-cpus) or turn it off "
+                          "(--perf-ab-stage off)")
+    stage = tuple(c for core in cores[:-WING_CORES] for c in core)
+    wings = tuple(c for core in cores[-WING_CORES:] for c in core)
+    return Stage(stage, wings, role_placement(stage, topology=topology) if roles else None)

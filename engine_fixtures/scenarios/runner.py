@@ -38,7 +38,7 @@ from engine_fixtures.engine.lint import check_caps
 from engine_fixtures.engine.proof import ArmProof
 from engine_fixtures.engine.spec import EngineSpec, with_quota_setting
 from engine_fixtures.errors import MeasurementError
-from engine_fixtures.isolation.pinning import role_placement
+from engine_fixtures.isolation.pinning import Stage, role_placement, stage_split
 from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.sequential import open_cells as open_cells_of
 from engine_fixtures.judge.verdicts import Verdict
@@ -206,10 +206,18 @@ class GroupRunner:
             return engine
 
         unreported: set[str] = set()  # what NVML does not report, said once
+        stage = self._stage_of(group)
+        if stage is None and group.separate and len(group.members) > 1 and self.settings.ab_stage == "on":
+            self.env.on_finding(f"{group.id}: the stage is off: the engines are not pinned (fewer than 8 visible CPUs "
+                                "or --perf-engine-cpus off), so every member runs on every CPU beside the idle ones")
+        staged: dict[str, str] = {}  # the member on the stage now
 
         def visit(member: str, n: int, _unit: int) -> list[dict[str, float]]:
             arm = group.arm_of(member)
             engine = switch(arm) if group.live else live[member]
+            if stage is not None and staged.get("member") != live[member].instance:
+                self._place(stage, live, member, timeline)
+                staged["member"] = live[member].instance
             served[member] += [engine.instance] * n
             plan = SegmentPlan(workloads[arm.name], n, self.settings.window_s, visit_warmup(group, self.settings),
                                self.settings.sample_hz)
@@ -249,24 +257,50 @@ class GroupRunner:
             live.update(dict.fromkeys(specs, engine))
         run = measure(group, budget, visit, undecided, start=start if group.separate else None,
                       blocks_per_unit=per_unit)
+        placed = {"stage": stage.describe() if stage is not None else "off"} if group.separate else {}
         results = {a.name: self._result(group, a.name, run.windows, live, specs, timeline, served,
-                                        run_meta(group, a, run, per_unit, requests)) for a in group.arms}
+                                        {**run_meta(group, a, run, per_unit, requests), **placed})
+                   for a in group.arms}
         pools = {name: self.env.pool_verdicts(r) for name, r in results.items()}
         judging = replace(judging, alpha=run.alpha_per_look, budget=run.budget_units)  # the verdicts' own, once
         contrasts = {c.label: contrast_verdicts(group, c, run.windows, run.block_unit, judging)
                      for c in group.contrasts}
         measured = Measured(group, run, judging, results, pools, contrasts, "")
-        profiles = self._profile(measured, live, switch if group.live else None, workloads)
+        staging = (lambda m: self._place(stage, live, m, timeline)) if stage is not None else None
+        profiles = self._profile(measured, live, switch if group.live else None, workloads, staging)
         self._stop(live, timeline, release=group.separate, prove=not group.live)
         timeline.close()
         return replace(measured, timeline=f"{group.id}: {timeline.describe()}", profiles=profiles,
                        findings=self._record_nulls(measured, specs, started))
 
+    def _stage_of(self, group: Group) -> Stage | None:
+        """The stage of a group of launches with more than one member alive together (``--perf-ab-stage on``,
+        ``isolation.pinning``): None for a live group, one member, the stage off, or engines not pinned (said once)."""
+        if not group.separate or len(group.members) < 2 or self.settings.ab_stage != "on":
+            return None
+        cpus = self.env.load.split.engine
+        if cpus is None:
+            return None
+        return stage_split(cpus, roles=self.settings.role_cpus == "on")
+
+    def _place(self, stage: Stage, live: Mapping[str, EngineHandle], member: str, timeline: Timeline) -> None:
+        """``member``'s engine onto the stage, every other member's onto the wings (each thread of each tree)."""
+        measured = live[member]
+        with timeline.span("stage", f"{measured.instance} onto the stage", measured.instance):
+            for engine in dict.fromkeys(live.values()):
+                engine.place(stage.placement(engine is measured))
+
+    def _shape(self, group: Group, first: EngineSpec) -> str:
+        """The A/A history's shape of a group of launches: the load, the quota and, with the stage, the stage (an
+        engine offset measured with the idle members beside it is not one measured with them parked)."""
+        shape = shape_key(arm_result_key(group, first), first.cpu_quota)
+        return shape + "/stage=on" if self._stage_of(group) is not None else shape
+
     def _judging(self, group: Group, specs: Mapping[str, EngineSpec], budget: int, alpha: float) -> Judging:
         if not group.separate:
             return Judging(alpha, budget, self.env.floor)
         first = specs[group.arms[0].name]
-        shape = shape_key(arm_result_key(group, first), first.cpu_quota)
+        shape = self._shape(group, first)
         blocks, window_s = self.settings.ab_blocks, self.settings.window_s
         history = self.env.null_history
         return Judging(alpha, budget, self.env.floor, self.settings.ab_detect,
@@ -286,14 +320,23 @@ class GroupRunner:
                           meta, timeline, instances, control_ratios(group, name, windows))
 
     def _profile(self, measured: Measured, live: Mapping[str, EngineHandle],
-                 switch: Callable[[Arm], EngineHandle] | None, workloads: Mapping[str, WorkloadSpec]) -> dict[str, str]:
+                 switch: Callable[[Arm], EngineHandle] | None, workloads: Mapping[str, WorkloadSpec],
+                 staging: Callable[[str], None] | None = None) -> dict[str, str]:
         """The differential profile of each contrast whose verdicts ask for one, arm against arm on the engines just
-        measured; of an arm judged against its pool alone, against the profile stored beside the pool."""
+        measured (each moved onto the stage first, where the group has one: ``staging``); of an arm judged against
+        its pool alone, against the profile stored beside the pool."""
         group, out = measured.group, {}
 
         def build(name: str) -> tuple[Any, Callable[[float], int]]:
-            engine = live[group.members_of(name)[0]]  # one replica speaks for its launch
-            url = (lambda: switch(group.arm(name)).url) if switch is not None else (lambda: engine.url)
+            member = group.members_of(name)[0]  # one replica speaks for its launch
+            engine = live[member]
+
+            def staged_url() -> str:
+                if staging is not None:
+                    staging(member)
+                return engine.url
+
+            url = (lambda: switch(group.arm(name)).url) if switch is not None else staged_url
             return engine.pids(), self._drive(url, workloads[name])
 
         for c in group.contrasts:
@@ -338,7 +381,7 @@ class GroupRunner:
                            {n: [e for u, e in v if not (aside and u == 0)] for n, v in units.items()},
                            warmup={n: [e for u, e in v if aside and u == 0] for n, v in units.items()},
                            replicas=group.replicas, boot_s=boot)
-        path = history.record(shape_key(arm_result_key(group, first), first.cpu_quota), entry)
+        path = history.record(self._shape(group, first), entry)
         count = max((len(v) for v in units.values()), default=0)
         kept = " (the fresh host's first group kept aside: never pooled)" if aside else ""
         return (f"A/A history: {count} null unit(s) of {run.units} instance group(s) were added to {path}{kept}",)

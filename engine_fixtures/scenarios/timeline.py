@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-KINDS = ("engine", "warmup", "window", "drain", "stop", "quota", "switch", "profile")
+KINDS = ("engine", "warmup", "window", "drain", "stop", "quota", "switch", "stage", "profile")
 
 
 @dataclass(frozen=True)

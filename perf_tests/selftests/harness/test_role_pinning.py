@@ -11,7 +11,13 @@ import pytest
 
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError
-from engine_fixtures.isolation.pinning import RolePlacement, physical_cores, pin_roles, role_placement
+from engine_fixtures.isolation.pinning import (
+    RolePlacement,
+    physical_cores,
+    pin_roles,
+    role_placement,
+    stage_split,
+)
 
 
 def fake_topology(root: Path, cores: dict[int, int]) -> Path:
@@ -85,3 +91,25 @@ def test_every_thread_of_a_role_is_pinned_and_a_vanished_pid_is_skipped() -> Non
         assert all(os.sched_getaffinity(int(t)) == set(target) for t in tids)
     finally:
         child.communicate(b"", timeout=30)
+
+
+def test_the_stage_keeps_the_last_two_cores_for_the_idle_members(tmp_path: Path) -> None:
+    # a 16-vCPU runner without SMT: engines on 0-11 (the client on 12-15); the measured engine on 0-9, idle ones 10-11
+    topo = fake_topology(tmp_path, {c: c for c in range(16)})
+    stage = stage_split(range(12), topology=topo)
+    assert (stage.stage, stage.wings) == (tuple(range(10)), (10, 11))
+    assert stage.placement(True).cpus_of("scheduler") == tuple(range(10))  # the whole tree on the stage
+    assert stage.placement(False).cpus_of("scheduler") == (10, 11)
+    assert stage.placement(False).cpus_of("http_server") == (10, 11)
+    assert "measured engine on CPUs 0-9" in stage.describe() and "parked on CPUs 10-11" in stage.describe()
+    # with per-role pinning, the roles get whole cores of the stage, never of the wings
+    roles = stage_split(range(12), roles=True, topology=topo).placement(True)
+    assert roles.cpus_of("scheduler") == (0, 1) and set(roles.rest) == set(range(5, 10))
+
+
+def test_the_stage_keeps_smt_siblings_together_and_refuses_a_small_set(tmp_path: Path) -> None:
+    topo = fake_topology(tmp_path, {c: c % 8 for c in range(16)})
+    stage = stage_split((*range(8), *range(8, 16)), topology=topo)
+    assert stage.wings == (6, 14, 7, 15)  # two whole physical cores
+    with pytest.raises(ConfigError, match=r"stage needs 6 physical cores.*--perf-ab-stage off"):
+        stage_split(range(5), topology=fake_topology(tmp_path / "small", {c: c for c in range(5)}))
