@@ -108,3 +108,23 @@ def differential(candidate: RoleProfiles, reference: RoleProfiles) -> list[RoleD
     """Per shared role (the candidate's order), candidate minus reference (module docstring)."""
     return [role_diff(p, reference.profiles[role]) for role, p in candidate.profiles.items()
             if role in reference.profiles]
+
+
+# Where a role's CPU waits on the GPU (torch's Event, Stream and device ``synchronize``): growth there is GPU time.
+GPU_WAIT_MODULES = ("torch/cuda/",)
+GPU_WAIT_FUNCTIONS = frozenset({"synchronize", "wait", "wait_event", "wait_stream"})
+
+
+def gpu_side(diffs: list[RoleDiff]) -> str:
+    """One line where a role's largest significant growth is a wait on the GPU (a decode kernel slowed, say): the
+    slowdown is then GPU-side, and the functions ranked beside it did not change (issue 52); else ''."""
+    for d in diffs:
+        top = d.growers(1)
+        if top and top[0].significant and top[0].frame.function in GPU_WAIT_FUNCTIONS and \
+                top[0].frame.short_file.startswith(GPU_WAIT_MODULES):
+            f = top[0]
+            return (f"{d.role}: the largest growth is {f.frame.function} ({f.frame.where}, "
+                    f"{f.reference_s * 1e3:.2f} -> {f.candidate_s * 1e3:.2f} ms/req), the CPU waiting on the GPU: the "
+                    "slowdown is GPU-side (its kernels or their launches); GPU busy and TPOT say where, not a Python "
+                    "function")
+    return ""

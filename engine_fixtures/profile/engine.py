@@ -33,7 +33,7 @@ from engine_fixtures.isolation import owner
 from engine_fixtures.isolation.roles import OTHER, SGLANG_ROLES, Role, discover
 from engine_fixtures.options import Settings
 from engine_fixtures.profile import record, store
-from engine_fixtures.profile.diff import RoleDiff, differential
+from engine_fixtures.profile.diff import RoleDiff, differential, gpu_side
 from engine_fixtures.profile.model import RoleProfiles
 from engine_fixtures.profile.report import ProfileBook
 
@@ -110,7 +110,9 @@ def explain_ab(book: ProfileBook, keys: Sequence[str], statuses: Iterable[str], 
         return ""
     cand = profile_engine(*candidate, settings, label="candidate")
     ref = profile_engine(*reference, settings, label="reference")
-    book.add(keys, "candidate minus reference", ab_differential(cand, ref), (*cand.notes, *ref.notes))
+    diffs = ab_differential(cand, ref)
+    side = gpu_side(diffs)
+    book.add(keys, "candidate minus reference", diffs, (*((side,) if side else ()), *cand.notes, *ref.notes))
     return book.failure_text(keys)
 
 

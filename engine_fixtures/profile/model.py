@@ -11,7 +11,14 @@ a thread that is runnable but throttled still reads as running, so there the num
 per request while the role wanted the CPU (an injected 6 ms spin read as ~8.5 ms/request at quota 0.5), not pure
 CPU time.
 
-Frames carry the line a sample was on (py-spy without ``--function``). Per function (``(function, file)``): *self*
+Frames carry the line a sample was on (py-spy without ``--function``). A function is keyed by its name and its
+**module path inside the build** (``sglang/srt/managers/scheduler.py``), never by the absolute file: two builds of an
+A/B necessarily sit at different paths (a venv's site-packages, a kept site dir, an unpacked wheel), and keyed by
+path every function of the candidate would read as new against the reference (issue 52: ``tensor_hash 0.00 ->
+6.25 ms/req`` on a decode-path slowdown that never touched it). ``module_path`` strips the directory the file's
+top-level package sits in (found from the files when the profile is recorded: ``record.package_root``,
+``Frame.module``), else the last ``site-packages/`` or ``dist-packages/``, else the standard library's
+``lib/pythonX.Y/``. Per function (``(function, module)``): *self*
 counts the samples whose leaf is the function, *total* the samples whose stack contains it (once per stack, so a
 recursive function is not counted twice); its hottest line is kept, so a report names the line of the call where
 the time went (e.g. the ``copy_`` inside ``ShmPointerMMData.__init__``).
@@ -19,35 +26,54 @@ the time went (e.g. the ``copy_`` inside ``ShmPointerMMData.__init__``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 Stack = tuple["Frame", ...]
-FuncKey = tuple[str, str]  # (function, file)
+FuncKey = tuple[str, str]  # (function, module path inside the build)
+_STDLIB = re.compile(r"/lib/python3\.\d+/(?P<tail>.+)$")
+
+
+def module_path(file: str, roots: Sequence[str] = ()) -> str:
+    """``file`` as its build imports it, wherever the build is installed: relative to the longest of ``roots`` (the
+    directories its top-level package may sit in) that holds it, else after the last ``site-packages/`` or
+    ``dist-packages/``, else after the standard library's ``lib/pythonX.Y/``; a file under none is kept whole."""
+    for root in sorted((r.rstrip("/") + "/" for r in roots if r.strip("/")), key=len, reverse=True):
+        if file.startswith(root):
+            return file[len(root):]
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in file:
+            return file.rsplit(marker, 1)[1]
+    m = _STDLIB.search(file)
+    if m:
+        return m["tail"]
+    _, suite, tail = file.rpartition("/engine_fixtures/")  # the suite's own package, from a checkout
+    return f"engine_fixtures/{tail}" if suite else file
 
 
 @dataclass(frozen=True, order=True)
 class Frame:
     function: str
-    file: str
+    file: str  # as sampled: absolute
     line: int
+    module: str = ""  # the module path inside the build, where the recorder found the file's package (``in_build``)
+
+    def in_build(self, roots: Sequence[str]) -> Frame:
+        """This frame with its module path taken against ``roots`` (where its top-level package sits)."""
+        return replace(self, module=module_path(self.file, roots))
 
     @property
     def short_file(self) -> str:
-        """The file from its package on (``.../site-packages/torch/x.py`` -> ``torch/x.py``)."""
-        for marker in ("site-packages/", "dist-packages/", "/engine_fixtures/", "/lib/python3"):
-            if marker in self.file:
-                tail = self.file.split(marker, 1)[1]
-                return ("engine_fixtures/" + tail) if marker == "/engine_fixtures/" else (
-                    tail.split("/", 1)[1] if marker == "/lib/python3" and "/" in tail else tail)
-        return self.file
+        """The file as its build imports it (``.../site-packages/torch/x.py`` -> ``torch/x.py``)."""
+        return self.module or module_path(self.file)
 
     @property
     def key(self) -> FuncKey:
-        """The function, whatever line a sample was on."""
-        return (self.function, self.file)
+        """The function, whatever line a sample was on and wherever its build is installed."""
+        return (self.function, self.short_file)
 
     @property
     def where(self) -> str:
@@ -113,11 +139,13 @@ class Profile:
     def to_json(self) -> dict[str, Any]:
         return {"role": self.role, "rate_hz": self.rate_hz, "requests": self.requests, "seconds": self.seconds,
                 "pids": list(self.pids), "errors": self.errors, "note": self.note,
-                "stacks": [[[[f.function, f.file, f.line] for f in s], n] for s, n in self.stacks.items()]}
+                "stacks": [[[[f.function, f.file, f.line, *([f.module] if f.module else [])] for f in s], n]
+                           for s, n in self.stacks.items()]}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Profile:
-        stacks = {tuple(Frame(str(a), str(b), int(c)) for a, b, c in s): int(n) for s, n in data["stacks"]}
+        stacks = {tuple(Frame(str(f[0]), str(f[1]), int(f[2]), str(f[3]) if len(f) > 3 else "") for f in s): int(n)
+                  for s, n in data["stacks"]}
         return cls(str(data["role"]), float(data["rate_hz"]), int(data["requests"]), float(data["seconds"]),
                    MappingProxyType(stacks), tuple(int(p) for p in data.get("pids", ())), int(data.get("errors", 0)),
                    str(data.get("note", "")))

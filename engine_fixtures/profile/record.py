@@ -64,6 +64,20 @@ def parse_frame(text: str) -> Frame:
     return Frame(m["function"], m["file"], int(m["line"] or 0))
 
 
+def package_root(file: str, seen: dict[str, str]) -> str:
+    """The directory ``file``'s top-level package sits in (the first ancestor without an ``__init__.py``), so a
+    frame's module path is taken inside the build it runs (``Frame.in_build``) wherever that build is installed; ""
+    where the file is not on this machine (the markers of ``model.module_path`` then decide). Read from the files,
+    not the process: SGLang's titled processes overwrite their environment with their title (setproctitle)."""
+    directory = os.path.dirname(file)
+    if directory not in seen:
+        d = directory
+        while d not in ("", "/") and os.path.exists(os.path.join(d, "__init__.py")):
+            d = os.path.dirname(d)
+        seen[directory] = d if os.path.isfile(file) else ""
+    return seen[directory]
+
+
 def parse_collapsed(text: str) -> dict[Stack, int]:
     """py-spy's raw output (``frame;frame;... COUNT`` per line, root first) as stack -> samples; the
     ``process PID:"cmd"`` and ``thread (0x..)`` pseudo-frames (``--subprocesses``/``--threads``) are dropped."""
@@ -131,7 +145,12 @@ class _Spy:
             self.note = self.note or f"py-spy on {self.role} pid {self.pid} did not stop within {STOP_DEADLINE_S:g} s"
         m = _SUMMARY.search(out or "")
         stacks = parse_collapsed(self.raw.read_text(errors="replace")) if self.raw.exists() else {}
-        return stacks, int(m["errors"]) if m else 0
+        placed: dict[Stack, int] = {}
+        roots: dict[str, str] = {}
+        for stack, n in stacks.items():
+            key = tuple(f.in_build((package_root(f.file, roots),)) for f in stack)
+            placed[key] = placed.get(key, 0) + n
+        return placed, int(m["errors"]) if m else 0
 
 
 def _missing_note() -> str:

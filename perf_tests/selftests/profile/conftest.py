@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import select
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import suppress
+from pathlib import Path
 
 import pytest
 
@@ -20,9 +22,13 @@ STOP_DEADLINE_S = 30.0
 class Tree:
     """A running ``support.work_tree``: its root pid and its ``drive_load(seconds) -> requests completed``."""
 
-    def __init__(self, spin_ms: float) -> None:
+    def __init__(self, spin_ms: float, root: Path | None = None) -> None:
+        env = child_env()
+        if root is not None:  # another build: the same code at another path, first on the import path
+            env["PYTHONPATH"] = os.pathsep.join((str(root), env["PYTHONPATH"]))
         self.proc = subprocess.Popen([sys.executable, *launcher("work_tree", "--spin-ms", str(spin_ms))],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env())
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                                     cwd=root)  # ``-m`` puts the working directory first on the import path
         assert self.readline(READY_DEADLINE_S) == "ready", "work tree did not start"
         wait_for_roles(self.proc.pid, ["scheduler", "detokenizer"], READY_DEADLINE_S)
 
@@ -56,8 +62,8 @@ def work_tree(leak_check) -> Iterator[Callable[[float], Tree]]:  # type: ignore[
     """``work_tree(spin_ms)`` starts a tree; every tree is stopped at teardown (and ``leak_check`` proves it)."""
     trees: list[Tree] = []
 
-    def start(spin_ms: float = 0.0) -> Tree:
-        trees.append(Tree(spin_ms))
+    def start(spin_ms: float = 0.0, root: Path | None = None) -> Tree:
+        trees.append(Tree(spin_ms, root))
         return trees[-1]
 
     yield start

@@ -6,12 +6,14 @@ does not. Both are profiled by role (found by process title) over a 2 s window e
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from engine_fixtures.profile import render
 from engine_fixtures.profile.engine import ProfileSettings, ab_differential, engine_roles, profile_engine
 from engine_fixtures.profile.figure import figure
 from engine_fixtures.profile.report import ProfileBook
+from perf_tests.support import REPO_ROOT
 
 SPIN_MS = 4.0
 
@@ -52,3 +54,31 @@ def test_ab_differential_names_the_injected_spin_in_the_scheduler(work_tree, tmp
     assert fig is not None
     fig.savefig(tmp_path / "icicle.png")
     assert (tmp_path / "icicle.png").stat().st_size > 10_000
+
+
+def _build_at(root: Path) -> Path:
+    """The suite's code (the work tree's roles, the injected spin) copied to ``root``: a build installed elsewhere."""
+    for package in ("engine_fixtures", "perf_tests"):
+        shutil.copytree(REPO_ROOT / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def test_two_builds_at_different_paths_compare_the_same_functions(work_tree, tmp_path: Path) -> None:
+    """The reference build at one path, the candidate (the same code plus a 4 ms spin per request) at another, as an
+    A/B's two builds always are: the differential names the spin first and no unchanged function as new."""
+    ps = ProfileSettings("always", rate_hz=100.0, seconds=2.0, workdir=tmp_path / "profiles")
+    ref_tree = work_tree(0.0, _build_at(tmp_path / "reference-build"))
+    cand_tree = work_tree(SPIN_MS, _build_at(tmp_path / "candidate-venv" / "site"))
+    cand = profile_engine(engine_roles(cand_tree.pid), cand_tree.drive_load, ps, label="candidate")
+    ref = profile_engine(engine_roles(ref_tree.pid), ref_tree.drive_load, ps, label="reference")
+    sched = {d.role: d for d in ab_differential(cand, ref)}["scheduler"]
+    for side, where in ((cand, "candidate-venv/site"), (ref, "reference-build")):  # sampled at two paths
+        files = {f.file for stack in side.profiles["scheduler"].stacks for f in stack
+                 if "perf_tests/support/" in f.file or "engine_fixtures/" in f.file}
+        assert files and all(f.startswith(str(tmp_path / where)) for f in files), files
+    top = sched.growers(1)[0]
+    assert (top.frame.function, top.frame.short_file) == ("spin", "engine_fixtures/inject.py"), render.top_text([sched])
+    new = [f for f in sched.functions if f.reference_total_s == 0 and f.significant and f.change_s > 0]
+    assert [f.frame.function for f in new] == ["spin"], render.top_text([sched])
+    both = [f for f in sched.functions if f.reference_total_s > 0 and f.candidate_total_s > 0]
+    assert any(f.frame.function == "schedule_batch" for f in both), [f.frame.key for f in sched.functions]

@@ -103,3 +103,32 @@ def test_stored_profile_beside_the_pool(tmp_path: Path) -> None:
     path.write_text("{not json")
     with pytest.raises(BaselineError, match="delete it"):
         store.load_beside(pool)
+
+
+def test_a_function_is_keyed_by_its_module_path_inside_its_build() -> None:
+    from engine_fixtures.profile.model import Frame, module_path
+
+    venv = "/opt/ref/lib/python3.12/site-packages/sglang/srt/managers/scheduler.py"
+    site = "/tmp/perf-baselines/reference-build/site/sglang/srt/managers/scheduler.py"
+    assert module_path(venv) == "sglang/srt/managers/scheduler.py"
+    assert module_path(site, ("/tmp/perf-baselines/reference-build/site",)) == "sglang/srt/managers/scheduler.py"
+    assert module_path("/usr/lib/python3.12/asyncio/base_events.py") == "asyncio/base_events.py"
+    assert module_path("/home/me/suite/engine_fixtures/inject.py") == "engine_fixtures/inject.py"
+    assert module_path("/srv/x/run.py") == "/srv/x/run.py"  # under no root or marker: kept whole
+    a = Frame("event_loop_overlap", venv, 10)
+    b = Frame("event_loop_overlap", site, 12).in_build(("/tmp/perf-baselines/reference-build/site",))
+    assert a.key == b.key == ("event_loop_overlap", "sglang/srt/managers/scheduler.py")
+    assert Frame("f", site, 1).key != b.key  # without its root a kept site dir has no marker: the recorder finds it
+
+
+def test_a_growth_in_a_wait_on_the_gpu_says_the_slowdown_is_gpu_side() -> None:
+    from engine_fixtures.profile.diff import gpu_side
+
+    loop = Frame("event_loop_overlap", "/x/site-packages/sglang/srt/managers/scheduler.py", 1)
+    sync = Frame("synchronize", "/x/site-packages/torch/cuda/streams.py", 2)
+    other = Frame("tensor_hash", "/x/site-packages/sglang/srt/utils.py", 3)
+    ref = _p({(loop, sync): 400, (loop, other): 300}, requests=100)
+    slower = _p({(loop, sync): 700, (loop, other): 300}, requests=100)
+    line = gpu_side([role_diff(slower, ref)])
+    assert line.startswith("role: the largest growth is synchronize (torch/cuda/streams.py:2") and "GPU-side" in line
+    assert gpu_side([role_diff(_p({(loop, sync): 400, (loop, other): 700}, requests=100), ref)]) == ""
