@@ -170,6 +170,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("allow_missing_baselines", "Strict mode: let a measuring session in which no row is a verdict (every arm "
            "without a pool on this host, no contrast or invariant selected) end green; without it such a session "
            "fails, since it judged nothing.", parse_bool, False, flag=True),
+    Option("promote", "After a green run that judged the installed build (no A/B, nothing injected), keep that build "
+           "as this runner's reference build (`perf-baseline reference promote`), the one the next "
+           "--perf-reference stored(-if-kept) A/B judges against. Off by default: the nightly workflow's input.",
+           parse_bool, False, flag=True),
     Option("profile", "Differential CPU profiles of the engine's roles (the CPU tier: its producer) with py-spy, taken "
            "in dedicated windows after the verdicts are decided: 'on-regression' when a verdict fails the test, "
            "'always', or 'off'. Default: on-regression in strict mode, off otherwise. Without ptrace permission or "
@@ -309,6 +313,7 @@ class Settings:
     ab_detect: float | None = None
     require_gpu: int | None = None
     allow_missing_baselines: bool = False
+    promote: bool = False
     profile: str | None = None
     profile_rate: float = 100.0
     sources: Mapping[str, str] = field(default_factory=dict)

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Generator
+from dataclasses import replace
 
 import pytest
 
 from engine_fixtures import options
+from engine_fixtures.engine.build import STORED_IF_KEPT
 from engine_fixtures.errors import ConfigError, PerfError
 from engine_fixtures.session import marks, preflight, sections
 from engine_fixtures.session import settings as perf_settings
 
 _MACHINE_KEY = pytest.StashKey[object]()
 _SKIP_CACHE_KEY = pytest.StashKey[dict[tuple[str, object], str | None]]()
+_NO_KEPT_REFERENCE_KEY = pytest.StashKey[str | None]()  # why --perf-reference stored-if-kept found no kept build
+_NIGHTLY_AB_KEY = pytest.StashKey[bool]()  # stored-if-kept: the one-build tests run beside the A/B
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -44,6 +48,10 @@ def pytest_configure(config: pytest.Config) -> None:
     machine = MachineInfo.collect()
     try:
         preflight.check(settings, machine.key)  # before anything is swept, locked, started or written
+        config.stash[_NIGHTLY_AB_KEY] = settings.reference is not None and settings.reference.label == STORED_IF_KEPT
+        if (absent := preflight.kept_reference_absent(settings, machine.key)) is not None:
+            settings = replace(settings, reference=None)  # stored-if-kept, none kept: the ab tests skip, saying so
+        config.stash[_NO_KEPT_REFERENCE_KEY] = absent
         settings = preflight.resolve_builds(settings, machine.key)  # --perf-reference stored: the kept build
     except PerfError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -93,7 +101,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if xdist and measured:
             reason = xdist
         if reason is None:
-            reason = marks.resolve_reference(item, settings)
+            reason = marks.resolve_reference(item, settings, config.stash.get(_NO_KEPT_REFERENCE_KEY, None),
+                                             config.stash.get(_NIGHTLY_AB_KEY, False))
         if reason is None:
             reason = marks.scale_skip_reason(item, settings.scale)
         gpu = item.get_closest_marker("gpu")

@@ -11,6 +11,8 @@
 - ``installed``          the suite's own interpreter and SGLang, unchanged (the default candidate)
 - ``stored``             this runner's stored reference build (``store.reference_build``: the last good build kept
                          beside the pools), resolved when the session starts (``session.preflight``)
+- ``stored-if-kept``     the same where this runner keeps one; where it keeps none, the A/B's tests skip, saying how
+                         to promote one (the nightly's A/B: ``tox -e perf-gpu``)
 
 Example: ``--perf-reference venv:/opt/sglang-0.5.15`` or ``--perf-candidate patch:slow-decode=0.4`` (the named patches
 are ``sglang_plugin.patches.TARGETS``).
@@ -32,6 +34,7 @@ from engine_fixtures.sglang_plugin.patches import PATCH_ENV, parse
 
 KINDS = ("venv", "python", "site", "wheel", "patch", "env")
 STORED = "stored"  # this runner's kept reference build (store.reference_build), resolved when a session starts
+STORED_IF_KEPT = "stored-if-kept"  # the kept build where this runner keeps one; else the A/B skips, naming the fix
 VERSION_TIMEOUT_S = 60.0
 
 
@@ -102,8 +105,8 @@ def parse_reference(text: str, option: str = "--perf-reference") -> EngineBuild:
     ``installed`` is the suite's own interpreter and SGLang, unchanged."""
     if text.strip() == "installed":
         return EngineBuild()
-    if text.strip() == STORED:
-        return EngineBuild(label=STORED, stored=True)
+    if text.strip() in (STORED, STORED_IF_KEPT):
+        return EngineBuild(label=text.strip(), stored=True)
     forms = "venv:DIR, python:PATH, site:DIR, wheel:FILE.whl, patch:NAME=MS, env:K=V (join with '+')"
     python: str | None = None
     paths: list[str] = []

@@ -61,18 +61,21 @@ def measured(items: list[pytest.Item]) -> list[pytest.Item]:
     return [i for i in items if is_measured(i) and i.get_closest_marker("skip") is None]
 
 
-def resolve_reference(item: pytest.Item, settings: Settings) -> str | None:
+def resolve_reference(item: pytest.Item, settings: Settings, absent: str | None = None,
+                      beside: bool = False) -> str | None:
     """``--perf-reference``, resolved once per test at collection: an ``ab`` test gets the two builds in its stash
     (``AB_KEY``, read by ``perf_gpu_tier``); the reason to skip a test that cannot take it, or an ``ab`` test without
-    it."""
+    it (``absent``: why ``stored-if-kept`` found no kept build, ``preflight.kept_reference_absent``). ``beside``
+    (``stored-if-kept``, the nightly's A/B): the tests that judge one build run too, beside the A/B."""
     is_ab = item.get_closest_marker("ab") is not None
     if settings.reference is None:
-        return ("an A/B of two builds needs --perf-reference BUILD (e.g. installed for a null A/B that records this "
-                "host's A/A history, or 'sglang==0.5.16' in a venv)") if is_ab else None
+        return (absent or "an A/B of two builds needs --perf-reference BUILD (e.g. stored for this runner's kept "
+                "reference build, installed for a null A/B that records this host's A/A history, or venv:DIR for "
+                "another install)") if is_ab else None
     if is_ab:
         item.stash[AB_KEY] = (settings.reference, settings.candidate)
         return None
-    if is_measured(item):
+    if is_measured(item) and not beside:
         return (f"--perf-reference {display(settings.reference)} asks for an A/B of two builds; this "
                 "test judges one build (its contrasts, this host's pool) and cannot honour it: only tests marked ab "
                 "run with it")

@@ -322,9 +322,21 @@ class PerfSession:
             if (bench := benchmarks.session_of(session.config)) is not None:
                 benchmarks.export(bench, self)
                 self.write_export(session.config, bench)
+            if self.settings.promote:
+                self.promote(session.exitstatus == pytest.ExitCode.OK and not self.session_failures())
             if self.session_failures() and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         yield
+
+    def promote(self, green: bool) -> None:
+        """``--perf-promote`` (``session.promote``): its line among the baseline lines; a failure to keep fails."""
+        from engine_fixtures.session.promote import promote_installed
+
+        judged = any(v.is_verdict for rec in self.records for v in rec.verdicts)
+        try:
+            self.update_lines.append(promote_installed(self.settings, self.machine_key, green, judged))
+        except PerfError as exc:
+            self.failures.append(f"--perf-promote: the installed build was not kept: {exc}")
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         for finding in self.findings:

@@ -103,6 +103,22 @@ def check(settings: Settings, machine_key: str) -> None:
         raise ConfigError("this run cannot start:\n" + "\n".join(f"  - {p}" for p in found) + "\nNothing was started.")
 
 
+def kept_reference_absent(settings: Settings, machine_key: str) -> str | None:
+    """With ``--perf-reference stored-if-kept``: why the A/B cannot run where this runner keeps no reference build
+    (the line the ``ab`` tests skip with, naming how to keep one), else None."""
+    from engine_fixtures.engine.build import STORED_IF_KEPT
+    from engine_fixtures.store.reference_build import PROMOTE, ReferenceStore
+
+    if settings.reference is None or settings.reference.label != STORED_IF_KEPT:
+        return None
+    store = ReferenceStore(Path(settings.baseline_dir), machine_key)
+    if store.kept():
+        return None
+    return (f"--perf-reference {STORED_IF_KEPT}: this runner keeps no reference build in {store.dir}, so there is no "
+            f"A/B of builds to run; keep the last good build with {PROMOTE} (or --perf-promote after a green nightly), "
+            "and the next run judges the installed build against it")
+
+
 def resolve_builds(settings: Settings, machine_key: str) -> Settings:
     """``settings`` with ``--perf-reference stored`` (and ``--perf-candidate stored``) made the kept build of this
     machine key; ``ConfigError`` naming the fix where none is stored or it is unreadable."""

@@ -61,6 +61,10 @@ class ReferenceStore:
     def __init__(self, root: Path, machine_key: str) -> None:
         self.dir = Path(root) / machine_key / REFERENCE_DIR
 
+    def kept(self) -> bool:
+        """Whether a reference build is kept here (its manifest exists; ``load`` reads and checks it)."""
+        return (self.dir / MANIFEST).exists()
+
     def load(self) -> StoredBuild:
         path = self.dir / MANIFEST
         if not path.exists():

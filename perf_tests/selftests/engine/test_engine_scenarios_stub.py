@@ -81,3 +81,15 @@ def test_three_runs_pool_then_judge_and_an_ab_run_is_never_pooled(suite: pytest.
     assert len(json.loads(null.read_text())["entries"]) == 1
     # the two builds' replica pairs and the null A/B's own unit
     r.stdout.fnmatch_lines(["*A/A history: 3 null unit(s) of 1 instance group(s) were added to*"])
+
+
+def test_the_nightly_ab_skips_saying_how_to_keep_a_reference_where_none_is_kept(suite: pytest.Pytester) -> None:
+    """``--perf-reference stored-if-kept`` (the nightly's A/B session): no kept build, no engine started; the A/B's
+    test skips with the line that names how to keep one, and the session is not an error."""
+    r = run(suite, "-k", "fast or ab", "--perf-reference", "stored-if-kept")
+    r.assert_outcomes(skipped=2)
+    r.stdout.fnmatch_lines(["*stored-if-kept: this runner keeps no reference build in*perf-baseline reference "
+                            "promote*"])
+    # the nightly's own test judges the installed build beside it: measured (no pool yet here), never refused
+    assert "asks for an A/B of two builds" not in r.stdout.str()
+    r.stdout.fnmatch_lines(["*engine/transport=cpu/tp=1/pp=1/copy=buffer/model=qwen-tiny/c=4*no-baseline*"])

@@ -107,3 +107,40 @@ def test_perf_reference_stored_is_resolved_before_anything_starts(tmp_path: Path
     assert not resolved.reference.stored
     assert resolved.reference.label.startswith("stored:site:")
     assert resolve_builds(Settings(), KEY) == Settings()  # nothing stored asked: nothing read
+
+
+def test_stored_if_kept_runs_the_kept_build_and_without_one_says_how_to_keep_one(tmp_path: Path) -> None:
+    from engine_fixtures.session.preflight import kept_reference_absent
+
+    settings = Settings(baseline_dir=tmp_path / "bl", reference=parse_reference("stored-if-kept"),
+                        sources={"reference": "command line --perf-reference"})
+    why = kept_reference_absent(settings, KEY)
+    assert why is not None and "keeps no reference build" in why and "perf-baseline reference promote" in why
+    assert kept_reference_absent(Settings(), KEY) is None  # no A/B asked
+    ReferenceStore(tmp_path / "bl", KEY).promote(f"site:{site(tmp_path, '0.5.16')}")
+    assert kept_reference_absent(settings, KEY) is None
+    resolved = resolve_builds(settings, KEY)
+    assert resolved.reference is not None and resolved.reference.label.startswith("stored:site:")
+
+
+def test_promote_keeps_the_installed_build_after_a_green_run_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import sys
+
+    from engine_fixtures.session.promote import installed_build, promote_installed
+
+    kept = site(tmp_path, "0.5.16")
+    monkeypatch.setattr(sys, "path", [str(kept), *sys.path])
+    monkeypatch.delitem(sys.modules, "sglang", raising=False)
+    importlib.invalidate_caches()
+    monkeypatch.setattr(sys, "prefix", sys.base_prefix)  # not a venv: the directory it is imported from
+    assert installed_build() == f"site:{kept}"
+    settings = Settings(baseline_dir=tmp_path / "bl", promote=True)
+    assert promote_installed(settings, KEY, green=False, judged=True).endswith("not promoted: the run is not green")
+    assert promote_installed(settings, KEY, green=True, judged=False).endswith("it judged nothing")
+    ab = Settings(baseline_dir=tmp_path / "bl", reference=parse_reference("installed"))
+    assert "an A/B of two builds" in promote_installed(ab, KEY, green=True, judged=True)
+    assert not ReferenceStore(tmp_path / "bl", KEY).kept()
+    line = promote_installed(settings, KEY, green=True, judged=True)
+    assert line.startswith(f"--perf-promote: kept the installed build (site:{kept}, SGLang 0.5.16)"), line
+    assert ReferenceStore(tmp_path / "bl", KEY).load().sglang_version == "0.5.16"
