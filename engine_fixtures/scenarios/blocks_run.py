@@ -31,7 +31,7 @@ from engine_fixtures.judge.rows import as_diagnostic
 from engine_fixtures.judge.sequential import Budget, Progress, measure_until_decided
 from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.scenarios.group import REPORTED_WHY, Contrast, Group
-from engine_fixtures.scenarios.nulls import judged_null
+from engine_fixtures.scenarios.nulls import building, judged_null
 
 Window = tuple[int, dict[str, float]]  # (block index, the window's values)
 ArmWindows = Mapping[str, Sequence[Window]]
@@ -146,6 +146,7 @@ class Judging:
     detect: float | None = None
     null_for: NullFor = lambda _m: None
     ab_axes: Mapping[str, str] | None = None
+    final: bool = False  # the verdicts a run ends on (a fresh runner's undecided A/B rows: ``nulls.building``)
 
 
 def contrast_verdicts(group: Group, contrast: Contrast, windows: ArmWindows, block_unit: Sequence[int],
@@ -173,6 +174,8 @@ def contrast_verdicts(group: Group, contrast: Contrast, windows: ArmWindows, blo
                            per_block if units != "groups" else per_unit, units=units, bound=contrast.bound_of(name),
                            budget=judging.budget, alpha=judging.alpha, floor=judging.floor, family=family,
                            detect=judging.detect, null=null, arm=judging.ab_axes if group.ab else None)
+        if judging.final and group.separate:
+            v = building(v, judging.null_for(name))
         out.append(as_diagnostic(v, f"reported, never gating: {REPORTED_WHY.get(name, contrast.why)}")
                    if name in contrast.report and v.is_verdict else v)
     return out

@@ -16,6 +16,11 @@ half that (``design_factor``), with the host's A/A history (``store.null_history
 
 ``recorded_units`` is what a run adds to the history: every arm's pair units, and for a null A/B (the same build on
 both sides) the verdict's own units too, brought to the pair scale.
+
+**A fresh runner** has no history: an A/B's row it cannot decide with its own 2-4 pairs is not a failure of the build
+but of the runner's evidence, so while the host's history holds fewer than ``HISTORY_MIN`` units such a row is
+``no-baseline`` (``building``), saying how many units it has and that every A/B adds its pairs; a regression or a pass
+it could decide stands. Once the history holds them, an undecided row is ``inconclusive`` again (strict: red).
 """
 
 from __future__ import annotations
@@ -25,11 +30,17 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from dataclasses import replace
+
 from engine_fixtures.judge.blocks import labelled_effects
 from engine_fixtures.judge.decide import NullSample
+from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.scenarios.group import Group
 
 Windows = Mapping[str, Sequence[tuple[int, Mapping[str, float]]]]  # per member: (block, values)
+# Null units of this host's A/A history before an undecided A/B row is the build's, not the runner's: with 3-5 units
+# of one H100 host the A/B caught 9.3-10.0 % on req/s and 6.4-7.0 % on TPOT (docs/results/h100-issue44-2026-12-06b).
+HISTORY_MIN = 4
 Unit = tuple[int, float]  # (instance group, effect)
 
 
@@ -91,3 +102,15 @@ def recorded_units(group: Group, windows: Windows, block_unit: Sequence[int], na
             units += [(u, e * lift) for u, e in _by_unit(labelled_effects(n, ref, ref_b, cand, cand_b), block_unit)]
         out[n] = units
     return out
+
+
+def building(v: Verdict, history: NullSample | None) -> Verdict:
+    """An A/B row ``v`` that its run could not decide while this host's A/A history (``history``) holds fewer than
+    ``HISTORY_MIN`` units: ``no-baseline``, saying so (module docstring); any other row unchanged."""
+    held = history.units if history is not None else 0
+    if v.status != "inconclusive" or held >= HISTORY_MIN:
+        return v
+    return replace(v, status="no-baseline", message=(
+        f"{v.message}; not a verdict yet: this runner's A/A history holds {held} of the {HISTORY_MIN} null units an "
+        "A/B needs before an undecided row is the build's (every A/B adds its same-build pairs; "
+        "`scripts/gpu/gpu_tier.sh null` adds a null A/B's)"))

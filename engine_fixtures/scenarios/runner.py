@@ -262,7 +262,7 @@ class GroupRunner:
                                         {**run_meta(group, a, run, per_unit, requests), **placed})
                    for a in group.arms}
         pools = {name: self.env.pool_verdicts(r) for name, r in results.items()}
-        judging = replace(judging, alpha=run.alpha_per_look, budget=run.budget_units)  # the verdicts' own, once
+        judging = replace(judging, alpha=run.alpha_per_look, budget=run.budget_units, final=True)  # once, at the end
         contrasts = {c.label: contrast_verdicts(group, c, run.windows, run.block_unit, judging)
                      for c in group.contrasts}
         measured = Measured(group, run, judging, results, pools, contrasts, "")

@@ -99,3 +99,19 @@ def test_the_fresh_hosts_first_group_is_kept_aside_once_per_boot(tmp_path: Path)
     sample = history.sample("s", "tpot_gmean_ms", 4, 3.0)
     assert sample is not None
     assert (sample.units, sample.sum_sq) == (1, pytest.approx(0.01 ** 2))  # the warm-up group aside: unpooled
+
+
+def test_a_fresh_runners_undecided_ab_row_is_not_a_verdict_until_its_history_holds_enough_units() -> None:
+    from engine_fixtures.judge.verdicts import Verdict
+    from engine_fixtures.scenarios.nulls import HISTORY_MIN, building
+
+    undecided = Verdict("tpot_gmean_ms", "inconclusive", "group", 5.0, 5.2, 0.04, 0.18, None, 1, "tpot: undecided",
+                        "log")
+    thin = NullSample.of([0.01] * (HISTORY_MIN - 1), "this host's A/A history")
+    v = building(undecided, thin)
+    assert v.status == "no-baseline" and not v.is_verdict
+    assert f"holds {HISTORY_MIN - 1} of the {HISTORY_MIN} null units" in v.message
+    assert building(undecided, None).status == "no-baseline"
+    assert building(undecided, NullSample.of([0.01] * HISTORY_MIN, "h")).status == "inconclusive"  # the build's now
+    flagged = Verdict("tpot_gmean_ms", "regression", "group", 5.0, 5.6, 0.12, 0.09, None, 1, "tpot: worse", "log")
+    assert building(flagged, None) is flagged  # what the run could decide stands, history or not
