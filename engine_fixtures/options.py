@@ -127,8 +127,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("ab_stage", "A group of engines: 'on' moves the engine being measured onto the stage (the engines' CPUs "
            "less two cores) and parks the idle members, whose schedulers busy-poll, on those two, so every engine is "
            "measured on the same CPUs beside the same neighbours; 'off' leaves every member on the engines' whole set. "
-           "Needs pinned engines (--perf-engine-cpus) with 6 or more cores.", parse_choice("off", "on"), "on",
-           "off|on"),
+           "Its A/A history is its own. Off by default: on one H100 host it did not shrink the engines' offsets, "
+           "which were small there with it off (docs/results/h100-issue52-2026-12-07). Needs pinned engines "
+           "(--perf-engine-cpus) with 6 or more cores.", parse_choice("off", "on"), "off", "off|on"),
     Option("engine_cpus", "CPUs for the engines, disjoint from the load client's: 'auto' pins on machines with 8 or "
            "more visible CPUs (the client gets the last quarter, at least 2, unless --perf-client-cpus names them), "
            "'off' pins nothing, or a list such as 0-11.", parse_cpus_setting, "auto", "auto|off|LIST"),
@@ -296,7 +297,7 @@ class Settings:
     window_s: float = 3.0
     warmup_s: float = 1.0
     ab_blocks: int = 4
-    ab_stage: str = "on"
+    ab_stage: str = "off"
     engine_cpus: tuple[int, ...] | str = "auto"
     role_cpus: str = "off"
     scale: str = "smoke"

@@ -165,7 +165,9 @@ def pin_roles(pids: Mapping[str, Sequence[int]], placement: RolePlacement) -> di
 # between two engines of one build (issue 52). The stage removes it by construction: the engine being measured is
 # moved onto the stage (every thread of its tree; per-role pinning inside it where asked), every other member onto
 # the wings, a core or two of the engines' set that no measured engine ever runs on. Every engine is then measured
-# on the same CPUs with the same neighbours, whatever its start.
+# on the same CPUs with the same neighbours, whatever its start. Measured on one H100 host (2026-12-07, three null
+# A/Bs): the TPOT offset was 0.0-1.2 % sd with it off and 1.6 % with it on (2 df each), so it is not shown to help
+# and stays opt-in (``--perf-ab-stage on``) until a host with a large offset is measured both ways.
 WING_CORES = 2  # idle members only spin: two physical cores hold any number of them
 
 

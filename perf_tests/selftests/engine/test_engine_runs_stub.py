@@ -371,7 +371,7 @@ def test_the_measured_member_is_on_the_stage_and_the_idle_ones_on_the_wings(
 
     monkeypatch.setattr(runner_module, "measure_segment", segment)
     settings = Settings(window_s=0.3, warmup_s=0.1, ab_blocks=1, ab_instances=1, ab_max_instances=1,
-                        engine_cpus=(first, second), cpu_quota=QuotaSetting.parse("none"))
+                        engine_cpus=(first, second), cpu_quota=QuotaSetting.parse("none"), ab_stage="on")
     launch = EngineScenario("stub", concurrency=4, output_tokens=12, launcher=STUB, proof=False, copy="buffer",
                             lint=False)
     group = Group("ab", arms=(Arm("reference", launch=launch), Arm("candidate", launch=launch)),
