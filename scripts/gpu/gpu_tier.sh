@@ -40,8 +40,9 @@
 #   PERF_CGROUP_PARENT  the cgroup v2 directory that gets the engines' CPU sandboxes (a runner whose job cgroup
 #              lacks the cpu controller; the lent H200 needs /sys/fs/cgroup); empty: the suite's own choice
 #   POOL_GUARD_S, AB_GUARD_S  seconds of BUDGET_S a pool step (default 300), or an A/B step (ab, null, patch;
-#              default 360: one group of 2+2 engines took 309 s on the H200), needs left to start; a step killed by
-#              the budget loses its results, so keep the guards above what the step takes
+#              default 360: one group of 2+2 engines took 309 s on the H200; 540 for patch: its patched engines'
+#              CUDA-graph capture and a cold kept reference took 3.75 min of starts on an H100, 2026-12-07), needs
+#              left to start; a step killed by the budget loses its results, so keep the guards above what it takes
 #   ARGS       more pytest arguments for every step (e.g. --perf-profile off); MATRIX_ARGS, SMOKE_ARGS,
 #              AB_ARGS (null, patch, transport) for some of them (split on spaces)
 #   PATCH      the named patch of the patch step (default slow-decode: GPU time before every decode step, which the
@@ -124,7 +125,7 @@ for step in "$@"; do
     patch)
       ms=$(patch_ms) || { log "patch: no null or ab run to size the patch from"; continue; }
       log "patch: ${PATCH:-slow-decode}=$ms ms (${PATCH_PCT:-10} % of the reference TPOT) against ${REF:-stored}"
-      run patch "${AB_GUARD_S:-360}" "$TIER/test_groups.py" -k build_ab --perf-reference "${REF:-stored}" \
+      run patch "${AB_GUARD_S:-540}" "$TIER/test_groups.py" -k build_ab --perf-reference "${REF:-stored}" \
         --perf-candidate "patch:${PATCH:-slow-decode}=$ms" ${AB_ARGS:-} ;;
     transport) run transport 200 "$TIER/test_groups.py" -k transport_group ${AB_ARGS:-} ;;
     cv)
