@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
-
-from dataclasses import replace
 
 from engine_fixtures.judge.blocks import labelled_effects
 from engine_fixtures.judge.decide import NullSample

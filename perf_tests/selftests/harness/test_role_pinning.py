@@ -101,10 +101,12 @@ def test_the_stage_keeps_the_last_two_cores_for_the_idle_members(tmp_path: Path)
     assert stage.placement(True).cpus_of("scheduler") == tuple(range(10))  # the whole tree on the stage
     assert stage.placement(False).cpus_of("scheduler") == (10, 11)
     assert stage.placement(False).cpus_of("http_server") == (10, 11)
-    assert "measured engine on CPUs 0-9" in stage.describe() and "parked on CPUs 10-11" in stage.describe()
+    assert "measured engine on CPUs 0-9" in stage.describe()
+    assert "parked on CPUs 10-11" in stage.describe()
     # with per-role pinning, the roles get whole cores of the stage, never of the wings
     roles = stage_split(range(12), roles=True, topology=topo).placement(True)
-    assert roles.cpus_of("scheduler") == (0, 1) and set(roles.rest) == set(range(5, 10))
+    assert roles.cpus_of("scheduler") == (0, 1)
+    assert set(roles.rest) == set(range(5, 10))
 
 
 def test_the_stage_keeps_smt_siblings_together_and_refuses_a_small_set(tmp_path: Path) -> None:

@@ -109,7 +109,8 @@ def test_a_fresh_runners_undecided_ab_row_is_not_a_verdict_until_its_history_hol
                         "log")
     thin = NullSample.of([0.01] * (HISTORY_MIN - 1), "this host's A/A history")
     v = building(undecided, thin)
-    assert v.status == "no-baseline" and not v.is_verdict
+    assert v.status == "no-baseline"
+    assert not v.is_verdict
     assert f"holds {HISTORY_MIN - 1} of the {HISTORY_MIN} null units" in v.message
     assert building(undecided, None).status == "no-baseline"
     assert building(undecided, NullSample.of([0.01] * HISTORY_MIN, "h")).status == "inconclusive"  # the build's now

@@ -115,15 +115,19 @@ def test_stored_if_kept_runs_the_kept_build_and_without_one_says_how_to_keep_one
     settings = Settings(baseline_dir=tmp_path / "bl", reference=parse_reference("stored-if-kept"),
                         sources={"reference": "command line --perf-reference"})
     why = kept_reference_absent(settings, KEY)
-    assert why is not None and "keeps no reference build" in why and "perf-baseline reference promote" in why
+    assert why is not None
+    assert "keeps no reference build" in why
+    assert "perf-baseline reference promote" in why
     assert kept_reference_absent(Settings(), KEY) is None  # no A/B asked
     ReferenceStore(tmp_path / "bl", KEY).promote(f"site:{site(tmp_path, '0.5.16')}")
     assert kept_reference_absent(settings, KEY) is None
     resolved = resolve_builds(settings, KEY)
-    assert resolved.reference is not None and resolved.reference.label.startswith("stored:site:")
+    assert resolved.reference is not None
+    assert resolved.reference.label.startswith("stored:site:")
 
 
-def test_promote_keeps_the_installed_build_after_a_green_run_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_promote_keeps_the_installed_build_after_a_green_run_only(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
     import sys
 

@@ -75,7 +75,8 @@ def test_two_builds_at_different_paths_compare_the_same_functions(work_tree, tmp
     for side, where in ((cand, "candidate-venv/site"), (ref, "reference-build")):  # sampled at two paths
         files = {f.file for stack in side.profiles["scheduler"].stacks for f in stack
                  if "perf_tests/support/" in f.file or "engine_fixtures/" in f.file}
-        assert files and all(f.startswith(str(tmp_path / where)) for f in files), files
+        assert files, where
+        assert all(f.startswith(str(tmp_path / where)) for f in files), files
     top = sched.growers(1)[0]
     assert (top.frame.function, top.frame.short_file) == ("spin", "engine_fixtures/inject.py"), render.top_text([sched])
     new = [f for f in sched.functions if f.reference_total_s == 0 and f.significant and f.change_s > 0]
