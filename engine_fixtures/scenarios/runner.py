@@ -275,7 +275,7 @@ class GroupRunner:
 
     def _stage_of(self, group: Group) -> Stage | None:
         """The stage of a group of launches with more than one member alive together (``--perf-ab-stage on``,
-        ``isolation.pinning``): None for a live group, one member, the stage off, or engines not pinned (said once)."""
+        ``isolation.pinning``): None for a live group, one member, the stage off, or engines not pinned."""
         if not group.separate or len(group.members) < 2 or self.settings.ab_stage != "on":
             return None
         cpus = self.env.load.split.engine
