@@ -86,10 +86,22 @@ def test_three_runs_pool_then_judge_and_an_ab_run_is_never_pooled(suite: pytest.
 def test_the_nightly_ab_skips_saying_how_to_keep_a_reference_where_none_is_kept(suite: pytest.Pytester) -> None:
     """``--perf-reference stored-if-kept`` (the nightly's A/B session): no kept build, no engine started; the A/B's
     test skips with the line that names how to keep one, and the session is not an error."""
-    r = run(suite, "-k", "fast or ab", "--perf-reference", "stored-if-kept")
-    r.assert_outcomes(skipped=2)
+    r = run(suite, "-k", "ab", "--perf-reference", "stored-if-kept")
+    r.assert_outcomes(skipped=1)
     r.stdout.fnmatch_lines(["*stored-if-kept: this runner keeps no reference build in*perf-baseline reference "
                             "promote*"])
-    # the nightly's own test judges the installed build beside it: measured (no pool yet here), never refused
-    assert "asks for an A/B of two builds" not in r.stdout.str()
-    r.stdout.fnmatch_lines(["*engine/transport=cpu/tp=1/pp=1/copy=buffer/model=qwen-tiny/c=4*no-baseline*"])
+
+
+def test_beside_the_nightly_ab_the_one_build_tests_run_and_alone_they_skip() -> None:
+    """``resolve_reference``: with ``stored-if-kept`` (``beside``) a test that judges one build is not refused; with
+    any other reference it skips, saying it cannot honour an A/B."""
+    import types
+
+    from engine_fixtures.engine.build import parse_reference
+    from engine_fixtures.options import Settings
+    from engine_fixtures.session.marks import resolve_reference
+
+    one_build = types.SimpleNamespace(get_closest_marker=lambda name: object() if name == "perf" else None, stash={})
+    settings = Settings(reference=parse_reference("installed"))
+    assert resolve_reference(one_build, settings, beside=True) is None  # type: ignore[arg-type]
+    assert "asks for an A/B of two builds" in (resolve_reference(one_build, settings) or "")  # type: ignore[arg-type]
