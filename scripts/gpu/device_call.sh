@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# One device call of the issue-52 session: unpack the offline SGLang (site.tar.xz) and py-spy once per host, then
-# `bash scripts/gpu/gpu_tier.sh STEP...` with the env given (AB_ARGS, REF, PATCH_PCT, BUDGET_S).
-# Usage: bash .device/go52.sh NAME STEP [STEP ...]
+# One call of the lent GPU (docs/CONTRIBUTING.md, "The GPU tier offline"): unpack the offline SGLang
+# (.device/site.tar.xz) and any wheels in .device/extra (py-spy) once per host, then
+# `bash scripts/gpu/gpu_tier.sh STEP...` with the env given (AB_ARGS, REF, PATCH_PCT, BUDGET_S, K), and pack what the
+# steps wrote into $OUT/NAME.tgz. Each session reuses this script rather than copying one of its own.
+# Usage (on the device, from the repository root): bash scripts/gpu/device_call.sh NAME STEP [STEP ...]
+# (issue 52's calls ran these lines as .device/go52.sh, from .device instead of scripts/gpu)
 set -u
 T0=$(date +%s)
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 NAME=$1; shift
 if [ ! -f /tmp/site/.done ]; then
   mkdir -p /tmp/site
