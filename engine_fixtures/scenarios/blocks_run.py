@@ -167,7 +167,8 @@ def contrast_verdicts(group: Group, contrast: Contrast, windows: ArmWindows, blo
     out = []
     for name in names:
         per_block, per_unit = unit_effects(name, ref_w, cand_w, block_unit)
-        null = judged_null(group, judging.null_for(name), windows, block_unit, name) if group.separate else None
+        history = judging.null_for(name) if group.separate else None  # this host's A/A history, read once
+        null = judged_null(group, history, windows, block_unit, name) if group.separate else None
         units = ("engine blocks" if not group.separate else
                  "groups" if len(per_unit) >= 2 or null is not None else "pair blocks")
         v = judge_contrast(label, name, metric_blocks(ref_w, name)[0], metric_blocks(cand_w, name)[0],
@@ -175,7 +176,7 @@ def contrast_verdicts(group: Group, contrast: Contrast, windows: ArmWindows, blo
                            budget=judging.budget, alpha=judging.alpha, floor=judging.floor, family=family,
                            detect=judging.detect, null=null, arm=judging.ab_axes if group.ab else None)
         if judging.final and group.separate:
-            v = building(v, judging.null_for(name))
+            v = building(v, history)
         out.append(as_diagnostic(v, f"reported, never gating: {REPORTED_WHY.get(name, contrast.why)}")
                    if name in contrast.report and v.is_verdict else v)
     return out
