@@ -39,6 +39,7 @@ from perf_tests.support import launcher
 from perf_tests.support.fake_nvml import FakeNvml, fake_nvml
 
 STUB = launcher("stub_engine")
+pytestmark = pytest.mark.usefixtures("no_steal_refusal")  # the windows are read here, not refused for steal
 SCENARIO = EngineScenario("stub", concurrency=4, output_tokens=16)
 
 

@@ -21,7 +21,6 @@ from engine_fixtures.isolation.leaks import LeakSnapshot
 from engine_fixtures.isolation.signals import sigkill_and_wait
 from engine_fixtures.loadgen.stream import LoadStream
 from engine_fixtures.model.modeldir import write_model_dir
-from engine_fixtures.scenarios import refusal
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
@@ -29,6 +28,7 @@ from perf_tests.support import launcher
 from perf_tests.support.fake_nvml import FakeNvml, fake_nvml
 
 STUB = launcher("stub_engine")
+pytestmark = pytest.mark.usefixtures("no_steal_refusal")  # the windows are read here, not refused for steal
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +78,6 @@ def test_a_window_under_a_quota_yields_both_estimators_of_each_new_family(model:
     share from the per-process buffer, and each role's share of the quota beside its CPU per request."""
     fake = FakeNvml(switch_after=10**9)
     fake_nvml(monkeypatch, fake)
-    # A window the hypervisor stole > 5 % of is refused and keeps only its telemetry (test_segment_windows tests that):
-    # the only way a window of this fake GPU loses the poll's row, which one fresh-clone CI run did (KeyError,
-    # 2026-12-07). This test reads the estimators, so no window of it is refused for steal.
-    monkeypatch.setattr(refusal, "MAX_STEAL_FRACTION", 1.0)
     f = EngineFactory(tmp_path, deadline_s=60.0)
     try:
         h = f.get(EngineSpec(model, launcher=STUB, name="stub", proof=False, cpu_quota=1.5))
