@@ -171,6 +171,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("allow_missing_baselines", "Strict mode: let a measuring session in which no row is a verdict (every arm "
            "without a pool on this host, no contrast or invariant selected) end green; without it such a session "
            "fails, since it judged nothing.", parse_bool, False, flag=True),
+    Option("max_steal", "Refuse a measured window whose host the hypervisor stole more than this share of the CPU "
+           "time from (the window keeps only its telemetry and counts toward no verdict), e.g. 5 or 5%.",
+           parse_percent, 0.05, "PCT", show=lambda v: f"{v * 100:g}%"),
     Option("promote", "After a green run that judged the installed build (no A/B, nothing injected), keep that build "
            "as this runner's reference build (`perf-baseline reference promote`), the one the next "
            "--perf-reference stored(-if-kept) A/B judges against. Off by default: the nightly workflow's input.",
@@ -314,6 +317,7 @@ class Settings:
     ab_detect: float | None = None
     require_gpu: int | None = None
     allow_missing_baselines: bool = False
+    max_steal: float = 0.05
     promote: bool = False
     profile: str | None = None
     profile_rate: float = 100.0

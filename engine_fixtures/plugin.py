@@ -59,6 +59,10 @@ def pytest_configure(config: pytest.Config) -> None:
     previous = configured_parent()
     config.add_cleanup(lambda: configure_parent(previous))  # a pytester session may run in this process
     configure_parent(settings.cgroup_parent)
+    from engine_fixtures.scenarios.refusal import configure_steal
+
+    steal = configure_steal(settings.max_steal)
+    config.add_cleanup(lambda: configure_steal(steal))
     guard = install_run_guard(config)
     config.stash[_MACHINE_KEY] = machine
     session = install_session(config, machine_key=machine.key, machine=machine.as_dict())

@@ -31,7 +31,8 @@ MAX_THROTTLED_FRACTION = 0.05
 MAX_CLOCK_LOSS = 0.05  # a slowdown the driver manages refuses a window only where it cost more SM clock than this
 # Steal above this share of the CPUs' time costs the CPU-bound part of a request (the cpu transport's preprocessing,
 # the copy) about as much, the size of the effects the contrasts resolve (the same 5 % as the GPU's rule).
-MAX_STEAL_FRACTION = 0.05
+DEFAULT_MAX_STEAL = 0.05
+MAX_STEAL_FRACTION = DEFAULT_MAX_STEAL  # this process's limit: --perf-max-steal (``configure_steal``)
 TELEMETRY = ("gpu_", "host_")  # the diagnostics a refused window keeps
 
 
@@ -59,6 +60,14 @@ def throttle_refusal(values: Mapping[str, float]) -> str | None:
     lost = f"; its SM clock {loss:.1%} below the maximum" if loss is not None else ""
     return (f"the GPU was slowed by heat or power in {slowed:.0%} of its readings ({reasons}), more than "
             f"{MAX_THROTTLED_FRACTION:.0%}{lost}")
+
+
+def configure_steal(limit: float) -> float:
+    """Set the steal time above which this process refuses a window (``--perf-max-steal``, set by the plugin at
+    start, as ``cgroups.configure_parent``); returns the previous limit."""
+    global MAX_STEAL_FRACTION
+    previous, MAX_STEAL_FRACTION = MAX_STEAL_FRACTION, limit
+    return previous
 
 
 def steal_refusal(values: Mapping[str, float]) -> str | None:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from perf_tests.support import STEAL
+
 pytest_plugins = ("pytester",)
 
 TEST_FILE = """
@@ -44,7 +46,8 @@ def run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
     return p.runpytest_subprocess(
         "-rs", "-p", "no:cacheprovider", "--perf-baseline-dir", str(p.path / "bl"), "--perf-results-dir",
         str(p.path / "out"), "--perf-model-shape", "tiny", "--perf-repeats", "3", "--perf-max-repeats", "4",
-        "--perf-window-s", "0.4", "--perf-warmup-s", "0.2", "--perf-strict", "no", "--perf-cpu-quota", "none", *args,
+        "--perf-window-s", "0.4", "--perf-warmup-s", "0.2", "--perf-strict", "no", "--perf-cpu-quota", "none", *STEAL,
+        *args,
         timeout=600)
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from engine_fixtures.machine import MachineInfo, host_of
 from engine_fixtures.store.null_history import NullHistory, null_entry
+from perf_tests.support import STEAL
 
 pytest_plugins = ("pytester",)
 
@@ -54,7 +55,7 @@ def test_a_group_of_launches_decides_its_contrasts_with_this_hosts_null_history(
         "-rsx", "-p", "no:cacheprovider", "--perf-baseline-dir", str(pytester.path / "bl"), "--perf-results-dir",
         str(out), "--perf-model-shape", "tiny", "--perf-ab-instances", "1", "--perf-ab-max-instances", "1",
         "--perf-ab-blocks", "1", "--perf-window-s", "0.3", "--perf-warmup-s", "0.1", "--perf-strict", "yes",
-        "--perf-cpu-quota", "none", "--perf-profile", "off", timeout=600)
+        "--perf-cpu-quota", "none", "--perf-profile", "off", *STEAL, timeout=600)
     r.assert_outcomes(passed=1, xfailed=1)
     (path,) = out.glob("results-*.json")
     members = {res["metadata"]["group_member"]: res for res in json.loads(path.read_text())["results"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from perf_tests.support import benchmark_files
+from perf_tests.support import STEAL, benchmark_files
 
 pytest_plugins = ("pytester",)
 
@@ -65,7 +65,7 @@ def test_live_arms_on_one_stub_engine_decide_in_one_run(pytester: pytest.Pyteste
         "-rsx", "-p", "no:cacheprovider", "--perf-baseline-dir", str(pytester.path / "bl"), "--perf-results-dir",
         str(out), "--perf-model-shape", "tiny", "--perf-repeats", "3", "--perf-max-repeats", "5",
         "--perf-window-s", "0.4", "--perf-warmup-s", "0.1", "--perf-strict", "yes", "--perf-cpu-quota", "none",
-        "--perf-profile", "off", "--benchmark-json", str(pytester.path / "benchmark.json"), timeout=600)
+        "--perf-profile", "off", *STEAL, "--benchmark-json", str(pytester.path / "benchmark.json"), timeout=600)
     r.assert_outcomes(passed=2, xfailed=1, skipped=2)
     r.stdout.fnmatch_lines(["*no-baseline*"])
     (path,) = out.glob("results-*.json")
@@ -115,7 +115,7 @@ def test_a_visit_whose_proof_disagrees_is_an_error(pytester: pytest.Pytester, tm
     r = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--perf-baseline-dir", str(tmp_path / "bl"), "--perf-results-dir",
         str(tmp_path / "out"), "--perf-model-shape", "tiny", "--perf-repeats", "3", "--perf-max-repeats", "3",
-        "--perf-window-s", "0.3", "--perf-warmup-s", "0.1", "--perf-cpu-quota", "none", "--perf-profile", "off",
+        "--perf-window-s", "0.3", "--perf-warmup-s", "0.1", "--perf-cpu-quota", "none", "--perf-profile", "off", *STEAL,
         "-k", "buffer_beats", timeout=300)
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*did not serve its visit as requested*"])

@@ -234,3 +234,17 @@ def test_a_window_the_hypervisor_stole_from_keeps_only_its_telemetry_and_says_wh
     assert (w["host_probe_cpu_ms"], w["gpu_sm_clock_mhz_mean"]) == (1.1, 1755.0)  # what it was refused for stays
     assert refusal_finding("ab/x/reference@1 on e-1", [w]).startswith(
         "ab/x/reference@1 on e-1: 1 of 1 window(s) of a visit refused (window 1: the hypervisor stole 12.0%")
+
+
+def test_the_steal_limit_is_the_operators_option() -> None:
+    """``--perf-max-steal`` (the plugin's ``configure_steal`` at start): 15 % keeps a window with 12 % stolen."""
+    from engine_fixtures.options import OPTIONS_BY_NAME
+    from engine_fixtures.scenarios.refusal import configure_steal
+
+    assert OPTIONS_BY_NAME["max_steal"].parse("15%") == pytest.approx(0.15)
+    previous = configure_steal(0.15)
+    try:
+        assert "requests_per_s" in host_window(0.12)
+    finally:
+        configure_steal(previous)
+    assert "requests_per_s" not in host_window(0.12)
