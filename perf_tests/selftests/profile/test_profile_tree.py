@@ -79,7 +79,9 @@ def test_two_builds_at_different_paths_compare_the_same_functions(work_tree, tmp
         assert all(f.startswith(str(tmp_path / where)) for f in files), files
     top = sched.growers(1)[0]
     assert (top.frame.function, top.frame.short_file) == ("spin", "engine_fixtures/inject.py"), render.top_text([sched])
+    # keyed by absolute path every function of the candidate would be new; by module path only the spin may be
+    # (the reference tree calls it with 0 ms, so a sample may land in it there too)
     new = [f for f in sched.functions if f.reference_total_s == 0 and f.significant and f.change_s > 0]
-    assert [f.frame.function for f in new] == ["spin"], render.top_text([sched])
+    assert all(f.frame.function == "spin" for f in new), render.top_text([sched])
     both = [f for f in sched.functions if f.reference_total_s > 0 and f.candidate_total_s > 0]
     assert any(f.frame.function == "schedule_batch" for f in both), [f.frame.key for f in sched.functions]
