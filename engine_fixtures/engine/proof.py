@@ -20,7 +20,7 @@ import json
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +165,13 @@ def request_flush(directory: Path, live_pids: set[int], deadline_s: float = 10.0
 def launch_arm_of(spec: EngineSpec) -> LiveArm:
     """The arm ``spec``'s engine starts on (seq 0): the plugin's reading of the environment the engine gets."""
     return launch_arm({**spec.env(), **spec.build.environ()})
+
+
+def on_launch(arm: LiveArm, spec: EngineSpec) -> LiveArm:
+    """``arm`` as switched on ``spec``'s engine: the named patches its build was launched with keep their
+    milliseconds unless ``arm`` names them (a patched candidate stays patched on every arm it serves)."""
+    patches = {**launch_arm_of(spec).patch_ms, **arm.patch_ms}
+    return replace(arm, patches=tuple(patches.items()))
 
 
 def arm_problems(spec: EngineSpec, proof: ArmProof) -> list[str]:

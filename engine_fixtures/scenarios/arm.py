@@ -2,8 +2,10 @@
 
 A **live arm** switches the copy path, the IPC pool-handle cache, the tokenizer manager's thread cap, named patches,
 the CPU quota and the load on the group's one engine between visits, proved at every visit; a **launch of its own**
-(``Arm(launch=EngineScenario(...), build=...)``) is what cannot switch live, the transport or the build, served as
-launched.
+(``Arm(launch=EngineScenario(...), build=...)``) is what cannot switch live, the transport or the build. A launch
+arm is served as launched, unless it names an ``engine`` (arms naming one engine share it, one per replica) or a
+live axis (copy, cache, threads, patches, quota): then those are switched live on its engine at every visit and
+proved, as on a live group's engine (the A/B of two builds serving the arms a user runs, ``Group.ab_of(arms=)``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class Arm:
     # A launch of its own (served as launched, nothing switched live), and its build (None: --perf-candidate).
     launch: EngineScenario | None = None
     build: EngineBuild | None = None
+    # A launch arm's engine: arms that name one share it (same launch and build), their live axes switched per visit.
+    engine: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
@@ -54,16 +58,26 @@ class Arm:
         if isinstance(self.threads, str) and self.threads != QUOTA_THREADS:
             raise ConfigError(f"arm {self.name}: threads={self.threads!r}: an int >= 1, None (as launched) or "
                               f"{QUOTA_THREADS!r} (the arm's CPU quota in whole cores)")
-        if self.launch is not None and replace(self, launch=None, build=None) != Arm(self.name):
-            raise ConfigError(f"arm {self.name} is a launch of its own, served as launched: declare its copy, cache, "
-                              "quota and load on its EngineScenario, not on the arm")
-        if self.build is not None and self.launch is None:
-            raise ConfigError(f"arm {self.name}: a build is a launch; give the arm launch=EngineScenario(...)")
+        if self.launch is not None and (self.concurrency, self.image_px, self.image_content, self.blocks) != (
+                None, None, None, None):
+            raise ConfigError(f"arm {self.name} is a launch of its own: launches are compared under one load, so "
+                              "declare its load on its EngineScenario, not on the arm")
+        if (self.build is not None or self.engine is not None) and self.launch is None:
+            raise ConfigError(f"arm {self.name}: a build or an engine is a launch's; give the arm "
+                              "launch=EngineScenario(...)")
+        if self.engine is not None and (not self.engine or "/" in self.engine or "@" in self.engine):
+            raise ConfigError(f"arm {self.name}: engine={self.engine!r}, a non-empty name without '/' or '@'")
         try:
             LiveArm(self.copy, self.ipc_cache, None if self.threads == QUOTA_THREADS else self.threads,  # type: ignore[arg-type]
                     self.patches)
         except ValueError as exc:
             raise ConfigError(f"arm {self.name}: {exc}") from None
+
+    @property
+    def switches(self) -> bool:
+        """A launch arm switched live on its engine at every visit (it names an engine or a live axis)."""
+        return self.launch is not None and (self.engine is not None or replace(
+            self, launch=None, build=None, engine=None) != Arm(self.name))
 
     def live(self) -> LiveArm:
         if self.threads == QUOTA_THREADS:

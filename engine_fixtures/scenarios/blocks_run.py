@@ -37,7 +37,7 @@ Window = tuple[int, dict[str, float]]  # (block index, the window's values)
 ArmWindows = Mapping[str, Sequence[Window]]
 Visit = Callable[[str, int, int], list[dict[str, float]]]  # (member, windows, unit) -> the windows' values
 Undecided = Callable[[ArmWindows, Sequence[int], float], Sequence[str]]
-NullFor = Callable[[str], NullSample | None]  # metric -> this host's null units, if any
+NullFor = Callable[[str, str], NullSample | None]  # (contrast label, metric) -> this host's null units, if any
 VISIT_KEY = "window_visit"  # RunResult.metadata: [visit number, window number in that visit] of each window
 
 
@@ -144,7 +144,7 @@ class Judging:
     budget: int
     floor: float | None = None
     detect: float | None = None
-    null_for: NullFor = lambda _m: None
+    null_for: NullFor = lambda _c, _m: None
     ab_axes: Mapping[str, str] | None = None
     final: bool = False  # the verdicts a run ends on (a fresh runner's undecided A/B rows: ``nulls.building``)
 
@@ -167,7 +167,7 @@ def contrast_verdicts(group: Group, contrast: Contrast, windows: ArmWindows, blo
     out = []
     for name in names:
         per_block, per_unit = unit_effects(name, ref_w, cand_w, block_unit)
-        history = judging.null_for(name) if group.separate else None  # this host's A/A history, read once
+        history = judging.null_for(contrast.label, name) if group.separate else None  # the A/A history, read once
         null = judged_null(group, history, windows, block_unit, name) if group.separate else None
         units = ("engine blocks" if not group.separate else
                  "groups" if len(per_unit) >= 2 or null is not None else "pair blocks")

@@ -185,6 +185,7 @@ class Group:
                 raise ConfigError(f"group {self.id}: launches are compared under one load; they declare "
                                   f"(concurrency, image px, output tokens) {sorted(loads)}")
         self._check_live(live)
+        self._check_engines()
 
     def _check_live(self, live: Sequence[Arm]) -> None:
         if not live or self.engine is None:
@@ -198,12 +199,28 @@ class Group:
             if a.concurrency is not None and a.concurrency > bucket:
                 raise ConfigError(f"group {self.id}: arm {a.name} loads at concurrency {a.concurrency}, above "
                                   f"the engine's CUDA-graph bucket {bucket}; raise the group engine's concurrency")
-            if self.engine.transport != "cpu" and (a.copy != "stock" or a.threads is not None):
-                raise ConfigError(f"group {self.id}: arm {a.name} switches the SHM copy, but the engine's "
-                                  f"transport is {self.engine.transport}; put it in a group with transport='cpu'")
-            if self.engine.transport != "cuda_ipc" and a.ipc_cache != "stock":
-                raise ConfigError(f"group {self.id}: arm {a.name} switches the IPC cache, but the engine's "
-                                  f"transport is {self.engine.transport}; put it in a group with transport='cuda_ipc'")
+            self._check_transport(a, self.engine)
+
+    def _check_transport(self, a: Arm, engine: EngineScenario) -> None:
+        if engine.transport != "cpu" and (a.copy != "stock" or a.threads is not None):
+            raise ConfigError(f"group {self.id}: arm {a.name} switches the SHM copy, but the engine's "
+                              f"transport is {engine.transport}; put it in a group with transport='cpu'")
+        if engine.transport != "cuda_ipc" and a.ipc_cache != "stock":
+            raise ConfigError(f"group {self.id}: arm {a.name} switches the IPC cache, but the engine's "
+                              f"transport is {engine.transport}; put it in a group with transport='cuda_ipc'")
+
+    def _check_engines(self) -> None:
+        """Launch arms naming one engine share one launch and one build; a switched arm's axes fit its transport."""
+        seen: dict[str, Arm] = {}
+        for a in self.arms:
+            if a.launch is None:
+                continue
+            if a.switches:
+                self._check_transport(a, a.launch)
+            first = seen.setdefault(self.engine_name(a.name), a)
+            if (first.launch, first.build) != (a.launch, a.build):
+                raise ConfigError(f"group {self.id}: arms {first.name} and {a.name} share engine "
+                                  f"{self.engine_name(a.name)!r} but not their launch and build")
 
     @classmethod
     def launch(cls, scenario: EngineScenario) -> Group:
@@ -212,13 +229,31 @@ class Group:
 
     @classmethod
     def ab_of(cls, scenario: EngineScenario, reference: EngineBuild, candidate: EngineBuild,
-              metrics: Sequence[str] = FAMILIES) -> Group:
-        """The A/B of two builds of one launch (``--perf-reference``)."""
-        return cls(f"ab/{scenario.id}", arms=(Arm(AB_REFERENCE, launch=scenario, build=reference),
-                                              Arm(AB_CANDIDATE, launch=scenario, build=candidate)),
-                   contrasts=(Contrast("candidate vs reference", AB_REFERENCE, AB_CANDIDATE, 1.0, tuple(metrics),
-                                       why="the A/B: the candidate build is no slower than the reference"),),
-                   ab=True)
+              metrics: Sequence[str] = FAMILIES, arms: Sequence[Arm] = ()) -> Group:
+        """The A/B of two builds of one launch (``--perf-reference``). With ``arms`` (live arms: copy, cache, threads,
+        quota), each build's engine serves every one of them, switched live at each visit as the nightly does, and
+        each arm is its own contrast of the two builds (arms ``reference.<arm>``, ``candidate.<arm>``; the label
+        ``<arm>: candidate vs reference``)."""
+        why = "the A/B: the candidate build is no slower than the reference"
+        if not arms:
+            return cls(f"ab/{scenario.id}", arms=(Arm(AB_REFERENCE, launch=scenario, build=reference),
+                                                  Arm(AB_CANDIDATE, launch=scenario, build=candidate)),
+                       contrasts=(Contrast("candidate vs reference", AB_REFERENCE, AB_CANDIDATE, 1.0,
+                                           tuple(metrics), why=why),), ab=True)
+        sides = ((AB_REFERENCE, reference), (AB_CANDIDATE, candidate))
+        if any(a.launch is not None or a.concurrency or a.image_px or a.image_content or a.blocks for a in arms):
+            raise ConfigError(f"ab/{scenario.id}: the A/B's arms switch live axes only (copy, cache, threads, quota, "
+                              "patches); its load and launch are the scenario's")
+        return cls(f"ab/{scenario.id}",
+                   arms=tuple(replace(a, name=f"{side}.{a.name}", launch=scenario, build=build, engine=side)
+                              for a in arms for side, build in sides),
+                   contrasts=tuple(Contrast(f"{a.name}: candidate vs reference", f"{AB_REFERENCE}.{a.name}",
+                                            f"{AB_CANDIDATE}.{a.name}", 1.0, tuple(metrics), why=f"{why} ({a.name})")
+                                   for a in arms), ab=True)
+
+    def side(self, arm: str) -> str:
+        """The A/B's side of an arm: ``reference`` or ``candidate``."""
+        return arm.split(".", 1)[0]
 
     @property
     def live(self) -> bool:
@@ -252,6 +287,25 @@ class Group:
         if self.replicas == 1:
             return (arm,)
         return tuple(f"{arm}{REPLICA_MARK}{k}" for k in range(1, self.replicas + 1))
+
+    def engine_name(self, arm: str) -> str:
+        """The engine a launch arm is served on: the one it names (shared), else its own."""
+        return self.arm(arm).engine or arm
+
+    def engine_of(self, member: str) -> str:
+        """The engine a member is served on (one per engine and replica): ``<engine>`` or ``<engine>@<k>``."""
+        arm, mark, k = member.partition(REPLICA_MARK)
+        return f"{self.engine_name(arm)}{mark}{k}"
+
+    @property
+    def engines(self) -> tuple[str, ...]:
+        """The engines of a group of launches, one per engine and replica, in the order of their first member."""
+        return tuple(dict.fromkeys(self.engine_of(m) for m in self.members))
+
+    @property
+    def switched(self) -> bool:
+        """A group of launches whose arms are switched live on their engines at every visit (``Arm.switches``)."""
+        return not self.live and any(a.switches for a in self.arms)
 
     def arm_of(self, member: str) -> Arm:
         """The arm a member serves."""
@@ -329,15 +383,21 @@ class Group:
         """The arm's storage key. A live arm: the engine key of its live axes and quota, the thread cap and patches,
         ``/live``. A launch: its engine key, plus ``/group=<id>`` in a group of launches (``/build=reference`` for
         the A/B's reference; the candidate and a launch measured alone keep the launch's own key)."""
-        if arm.launch is not None:
+        if arm.launch is not None and not arm.switches:
             base = EngineScenario.key(spec, arm.launch)
             if self.ab:
-                return base + ("/build=reference" if arm.name == AB_REFERENCE else "")
+                return base + ("/build=reference" if self.side(arm.name) == AB_REFERENCE else "")
             return base + (f"/group={self.id}" if self.separate else "")
         live = spec.with_(copy=arm.copy if spec.mm_feature_transport == "cpu" else "stock",
                           ipc_cache=arm.ipc_cache if spec.mm_feature_transport == "cuda_ipc" else "stock",
                           cpu_quota=cores)
         base = EngineScenario.key(live, self.scenario_of(arm))
+        if arm.launch is not None:  # switched on its launch: its live axes, then the A/B's side or the group
+            extra = "" if arm.threads is None else f"/threads={arm.threads}"
+            extra += "".join(f"/{n}={ms:g}" for n, ms in arm.live().patches)
+            if self.ab:
+                return base + extra + ("/build=reference" if self.side(arm.name) == AB_REFERENCE else "")
+            return base + extra + f"/group={self.id}"
         extra = "" if arm.threads is None else f"/threads={arm.threads}"
         extra += "".join(f"/{n}={ms:g}" for n, ms in arm.live().patches)
         head, _, load = base.rpartition("/model=")

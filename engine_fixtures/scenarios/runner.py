@@ -5,13 +5,14 @@
    engine of a live group (reused from the factory), or a fresh instance group of separate launches (one at a time,
    equal KV pools, ``engine.group``) for every unit, the previous one proved and stopped first.
 2. Measures mirrored blocks (``scenarios.blocks_run.measure``) until every contrast is decided (a group without
-   contrasts: until its arms' verdicts against this host's pool are). A visit to a live arm sets its quota, switches
-   the plugin's live arm (``EngineHandle.set_arm``, proved by every engine process) and refuses its windows unless the
-   segment's proof counters say the arm served them; an arm of its own launch is served as launched and its launch
-   arm is proved (``engine.proof.assert_arm``) before its engine stops. A window the GPU was throttled in counts
-   toward no verdict (``scenarios.segment.throttle_refusal``): each visit that had one is a finding at once
-   (``RunnerEnv.on_finding``, so a run that later fails still says so), and so is, once per group, each GPU field
-   NVML does not report.
+   contrasts: until its arms' verdicts against this host's pool are). A visit to a live arm, or to a launch arm
+   switched on its engine (``Arm.switches``: the A/B serving a user's arms), sets its quota, switches the plugin's
+   live arm (``EngineHandle.set_arm``, proved by every engine process; a build's own named patches kept) and refuses
+   its windows unless the segment's proof counters say the arm served them; an arm of its own launch otherwise is
+   served as launched and its launch arm is proved (``engine.proof.assert_arm``) before its engine stops. A window
+   the GPU was throttled in counts toward no verdict (``scenarios.segment.throttle_refusal``): each visit that had
+   one is a finding at once (``RunnerEnv.on_finding``, so a run that later fails still says so), and so is, once
+   per group, each GPU field NVML does not report.
 3. Profiles, where a verdict asks for it (``--perf-profile``): a contrast's two arms, candidate then reference; an arm
    judged against its pool, against the profile stored beside it.
 4. Returns every arm's windows as a ``RunResult`` with its verdicts against this host's pool; a null A/B (the same
@@ -39,13 +40,13 @@ from engine_fixtures.engine.proof import ArmProof
 from engine_fixtures.engine.spec import EngineSpec, with_quota_setting
 from engine_fixtures.errors import MeasurementError
 from engine_fixtures.isolation.pinning import Stage, role_placement, stage_split
-from engine_fixtures.judge.metrics import metric
 from engine_fixtures.judge.sequential import open_cells as open_cells_of
 from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.loadgen.workload import WorkloadSpec
 from engine_fixtures.options import Settings
 from engine_fixtures.profile.engine import ProfileSettings, explain_ab, explain_history
 from engine_fixtures.profile.report import ProfileBook
+from engine_fixtures.scenarios import ab_history
 from engine_fixtures.scenarios.blocks_run import (
     ArmWindows,
     GroupRun,
@@ -55,10 +56,8 @@ from engine_fixtures.scenarios.blocks_run import (
     measure,
     open_cells,
 )
-from engine_fixtures.scenarios.engine import EngineScenario
-from engine_fixtures.scenarios.group import AB_CANDIDATE, AB_REFERENCE, REPLICA_MARK, Arm, Group
+from engine_fixtures.scenarios.group import AB_CANDIDATE, REPLICA_MARK, Arm, Group
 from engine_fixtures.scenarios.load import SessionLoad
-from engine_fixtures.scenarios.nulls import recorded_units
 from engine_fixtures.scenarios.results import (
     arm_result,
     budget_of,
@@ -69,7 +68,7 @@ from engine_fixtures.scenarios.results import (
 )
 from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
-from engine_fixtures.store.null_history import NullHistory, null_entry, shape_key
+from engine_fixtures.store.null_history import NullHistory
 from engine_fixtures.store.results import RunResult
 
 PoolVerdicts = Callable[[RunResult], list[Verdict]]  # an arm's result against this host's pool (the test's floor)
@@ -120,8 +119,9 @@ class GroupRunner:
         """The launch that serves ``arm``: its own, or the group's with the named patches its live arms switch
         installed at 0 ms (the plugin can only change the milliseconds of a patch the engine was started with)."""
         build = arm.build if arm.build is not None else self.settings.candidate
-        if arm.launch is None:
-            names = sorted({n for a in group.arms for n, _ in a.patches})
+        if arm.launch is None or arm.switches:  # the named patches its engine's arms switch, at 0 ms
+            names = sorted({n for a in group.arms if a.launch is None or group.engine_name(a.name) ==
+                            group.engine_name(arm.name) for n, _ in a.patches})
             build = with_patch(build, dict.fromkeys(names, 0.0)) if names else build
         spec = group.scenario_of(arm) if arm.launch is not None else group.engine
         cpus = self.env.load.split.engine
@@ -175,9 +175,8 @@ class GroupRunner:
         for w in dict.fromkeys(workloads.values()):
             self.env.load.stream.prepare(w)  # the client encodes the images while the engines start
         applied = self.settings.cpu_quota.applied
-        if group.live:
-            launch = specs[group.arms[0].name]
-            group = group.resolved(lambda a: applied(a.cores(launch.cpu_quota)))  # thread caps
+        if group.live or group.switched:
+            group = group.resolved(lambda a: applied(a.cores(specs[a.name].cpu_quota)))  # thread caps
         live: dict[str, EngineHandle] = {}  # per member (Group.members)
         served: dict[str, list[str]] = {m: [] for m in group.members}
         requests: dict[str, list[dict[str, Any]]] = {m: [] for m in group.members}
@@ -185,24 +184,29 @@ class GroupRunner:
         started: dict[int, float] = {}  # the wall time each instance group started (the A/A history's warm-up rule)
 
         def start(unit: int) -> None:
-            self._stop(live, timeline, release=True)
+            self._stop(live, timeline, release=True, prove=not group.switched)
             started[unit] = time.time()
-            names = list(group.members)
+            first = {group.engine_of(m): m for m in reversed(group.members)}  # per engine, its first member
+            names = list(group.engines)
             random.shuffle(names)  # no launch always starts first (work directory, port, GPU memory)
-            fresh = [specs[group.arm_of(n).name].with_(
-                name=f"{specs[group.arm_of(n).name].name}-{n.replace(REPLICA_MARK, '-r')}-g{unit}") for n in names]
+            fresh = [specs[group.arm_of(first[n]).name].with_(
+                name=f"{specs[group.arm_of(first[n]).name].name}-{n.replace(REPLICA_MARK, '-r')}-g{unit}")
+                for n in names]
             for name, engine in zip(names, self._engines(fresh, timeline), strict=True):
-                self._ready(engine, group.scenario_of(group.arm_of(name)), timeline)
-                live[name] = engine
+                self._ready(engine, group.scenario_of(group.arm_of(first[name])), timeline)
+                live.update({m: engine for m in group.members if group.engine_of(m) == name})
 
-        def switch(arm: Arm) -> EngineHandle:
-            engine = live[arm.name]
-            cores = applied(arm.cores(launch.cpu_quota))
+        def switch(member: str) -> EngineHandle:
+            """The member's engine with its arm switched live (a live arm, or a launch arm that switches)."""
+            arm, engine = group.arm_of(member), live[member]
+            if not (group.live or arm.switches):
+                return engine
+            cores = applied(arm.cores(specs[arm.name].cpu_quota))
             if engine.spec.cpu_quota != cores:
-                (engine,) = self._engines([launch.with_(cpu_quota=cores)], timeline)
-                live.update(dict.fromkeys(live, engine))
+                (engine,) = self._engines([engine.spec.with_(cpu_quota=cores)], timeline)
+                live.update({m: engine for m, e in live.items() if e.instance == engine.instance})
             with timeline.span("switch", f"arm {arm.name}", engine.instance):
-                switched["proof"] = engine.set_arm(arm.live())
+                switched["proof"] = engine.set_arm(arm_proof.on_launch(arm.live(), engine.spec))
             return engine
 
         unreported: set[str] = set()  # what NVML does not report, said once
@@ -214,7 +218,7 @@ class GroupRunner:
 
         def visit(member: str, n: int, _unit: int) -> list[dict[str, float]]:
             arm = group.arm_of(member)
-            engine = switch(arm) if group.live else live[member]
+            engine = switch(member)
             if stage is not None and staged.get("member") != live[member].instance:
                 self._place(stage, live, member, timeline)
                 staged["member"] = live[member].instance
@@ -222,14 +226,15 @@ class GroupRunner:
             plan = SegmentPlan(workloads[arm.name], n, self.settings.window_s, visit_warmup(group, self.settings),
                                self.settings.sample_hz)
             notes: set[str] = set()
-            if not group.live:
+            if not (group.live or arm.switches):
                 out = measure_segment(engine, self.env.load.stream, plan, timeline, engine.instance,
                                       requests=requests[member], notes=notes)
             else:
                 def proved(before: ArmProof, after: ArmProof) -> None:
-                    problems = arm_proof.live_arm_problems(engine.spec, arm.live(), before, after)
+                    served = arm_proof.on_launch(arm.live(), engine.spec)
+                    problems = arm_proof.live_arm_problems(engine.spec, served, before, after)
                     if problems:
-                        raise MeasurementError(f"arm {arm.name} ({arm.live().label}) did not serve its visit as "
+                        raise MeasurementError(f"arm {arm.name} ({served.label}) did not serve its visit as "
                                                f"requested, so its windows are not measurements: {'; '.join(problems)}")
 
                 out = measure_segment(engine, self.env.load.stream, plan, timeline, engine.instance, check=proved,
@@ -267,8 +272,8 @@ class GroupRunner:
                      for c in group.contrasts}
         measured = Measured(group, run, judging, results, pools, contrasts, "")
         staging = (lambda m: self._place(stage, live, m, timeline)) if stage is not None else None
-        profiles = self._profile(measured, live, switch if group.live else None, workloads, staging)
-        self._stop(live, timeline, release=group.separate, prove=not group.live)
+        profiles = self._profile(measured, live, switch, workloads, staging)
+        self._stop(live, timeline, release=group.separate, prove=not (group.live or group.switched))
         timeline.close()
         return replace(measured, timeline=f"{group.id}: {timeline.describe()}", profiles=profiles,
                        findings=self._record_nulls(measured, specs, started))
@@ -290,37 +295,35 @@ class GroupRunner:
             for engine in dict.fromkeys(live.values()):
                 engine.place(stage.placement(engine is measured))
 
-    def _shape(self, group: Group, first: EngineSpec) -> str:
-        """The A/A history's shape of a group of launches: the load, the quota and, with the stage, the stage (an
-        engine offset measured with the idle members beside it is not one measured with them parked)."""
-        shape = shape_key(arm_result_key(group, first), first.cpu_quota)
-        return shape + "/stage=on" if self._stage_of(group) is not None else shape
+    def _cores(self, group: Group, specs: Mapping[str, EngineSpec]) -> Callable[[str], float | None]:
+        """Arm name -> the CPU quota it is served under (a switched arm's own, else its launch's)."""
+        applied = self.settings.cpu_quota.applied
+        return lambda n: (applied(group.arm(n).cores(specs[n].cpu_quota)) if group.live or group.arm(n).switches
+                          else specs[n].cpu_quota)
 
     def _judging(self, group: Group, specs: Mapping[str, EngineSpec], budget: int, alpha: float) -> Judging:
         if not group.separate:
             return Judging(alpha, budget, self.env.floor)
-        first = specs[group.arms[0].name]
-        shape = self._shape(group, first)
-        blocks, window_s = self.settings.ab_blocks, self.settings.window_s
-        history = self.env.null_history
-        return Judging(alpha, budget, self.env.floor, self.settings.ab_detect,
-                       lambda n: history.sample(shape, n, blocks, window_s),
-                       specs[AB_CANDIDATE].arm if group.ab else None)
+        shapes = ab_history.shapes(group, specs, self._cores(group, specs), self._stage_of(group) is not None)
+        null_for = ab_history.null_reader(self.env.null_history, shapes, self.settings.ab_blocks,
+                                          self.settings.window_s)
+        candidate = next((a.name for a in group.arms if group.side(a.name) == AB_CANDIDATE), None)
+        return Judging(alpha, budget, self.env.floor, self.settings.ab_detect, null_for,
+                       specs[candidate].arm if group.ab and candidate else None)
 
     def _result(self, group: Group, name: str, windows: ArmWindows, live: Mapping[str, EngineHandle],
                 specs: Mapping[str, EngineSpec], timeline: Timeline, served: Mapping[str, list[str]],
                 meta: dict[str, Any]) -> RunResult:
         """Arm ``name``'s result: its windows over its members (``blocks_run.arm_windows``), the engine that served
         each, and ``meta``."""
-        arm = group.arm(name)
-        spec = specs[name]
-        cores = self.settings.cpu_quota.applied(arm.cores(spec.cpu_quota)) if group.live else spec.cpu_quota
+        arm, spec = group.arm(name), specs[name]
+        cores = self._cores(group, specs)(name)
         own, instances = arm_windows(group, windows, name, served)
         return arm_result(group, arm, spec, cores, live[group.members_of(name)[0]], [w for _, w in own], self.settings,
                           meta, timeline, instances, control_ratios(group, name, windows))
 
     def _profile(self, measured: Measured, live: Mapping[str, EngineHandle],
-                 switch: Callable[[Arm], EngineHandle] | None, workloads: Mapping[str, WorkloadSpec],
+                 switch: Callable[[str], EngineHandle], workloads: Mapping[str, WorkloadSpec],
                  staging: Callable[[str], None] | None = None) -> dict[str, str]:
         """The differential profile of each contrast whose verdicts ask for one, arm against arm on the engines just
         measured (each moved onto the stage first, where the group has one: ``staging``); of an arm judged against
@@ -331,12 +334,11 @@ class GroupRunner:
             member = group.members_of(name)[0]  # one replica speaks for its launch
             engine = live[member]
 
-            def staged_url() -> str:
+            def url() -> str:
                 if staging is not None:
                     staging(member)
-                return engine.url
+                return switch(member).url
 
-            url = (lambda: switch(group.arm(name)).url) if switch is not None else staged_url
             return engine.pids(), self._drive(url, workloads[name])
 
         for c in group.contrasts:
@@ -364,32 +366,16 @@ class GroupRunner:
 
     def _record_nulls(self, measured: Measured, specs: Mapping[str, EngineSpec],
                       started: Mapping[int, float]) -> tuple[str, ...]:
-        """A group of launches adds its null units to this host's A/A history (``scenarios.nulls``): the replicas'
-        same-build pairs of every run, and a null A/B's (the same build on both sides, nothing injected) own units;
-        a fresh host's first instance group is kept aside (``NullHistory.warmup_unit``)."""
-        group, run = measured.group, measured.run
-        same = group.ab and group.arm(AB_REFERENCE).build == group.arm(AB_CANDIDATE).build
-        if not group.separate or self.settings.inject or not (same or group.replicas > 1):
+        """A group of launches adds its null units to this host's A/A history (``scenarios.ab_history``): the
+        replicas' same-build pairs of every run, and a null A/B's (the same build on both sides, nothing injected)
+        own units; a fresh host's first instance group is kept aside (``NullHistory.warmup_unit``)."""
+        group = measured.group
+        if not group.separate or self.settings.inject or not (ab_history.same_build(group) or group.replicas > 1):
             return ()
-        names = sorted({k for ws in run.windows.values() for _, w in ws for k in w
-                        if metric(k).judged and metric(k).direction != "none"})
-        units = recorded_units(group, run.windows, run.block_unit, names, same_build=same)
         history, boot = self.env.null_history, psutil.boot_time()
-        aside = 0 in started and history.warmup_unit(started[0], boot)
-        first = specs[group.arms[0].name]
-        entry = null_entry(self.env.history_id, self.settings.ab_blocks, self.settings.window_s,
-                           {n: [e for u, e in v if not (aside and u == 0)] for n, v in units.items()},
-                           warmup={n: [e for u, e in v if aside and u == 0] for n, v in units.items()},
-                           replicas=group.replicas, boot_s=boot)
-        path = history.record(self._shape(group, first), entry)
-        count = max((len(v) for v in units.values()), default=0)
-        kept = " (the fresh host's first group kept aside: never pooled)" if aside else ""
-        return (f"A/A history: {count} null unit(s) of {run.units} instance group(s) were added to {path}{kept}",)
-
-
-def arm_result_key(group: Group, spec: EngineSpec) -> str:
-    """The key of a group's first launch, the A/A history's shape key is read from."""
-    return EngineScenario.key(spec, group.scenario_of(group.arms[0]))
+        return ab_history.record(group, measured.run, history, specs, self._cores(group, specs),
+                                 self._stage_of(group) is not None, self.env.history_id, self.settings.ab_blocks,
+                                 self.settings.window_s, 0 in started and history.warmup_unit(started[0], boot), boot)
 
 
 def contrast_scenario(group: Group, label: str) -> str:

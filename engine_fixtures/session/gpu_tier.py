@@ -12,6 +12,7 @@ undecided row is ``Inconclusive`` in strict mode.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,12 +25,12 @@ from engine_fixtures.judge.levels import FigureResult, figure_rows
 from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.scenarios.engine import EngineScenario
 from engine_fixtures.scenarios.figures import SeedFigure, measure_figure
-from engine_fixtures.scenarios.group import AB_CANDIDATE, AB_REFERENCE, Contrast, CounterBound, Group
+from engine_fixtures.scenarios.group import Arm, Contrast, CounterBound, Group
 from engine_fixtures.scenarios.load import SessionLoad
 from engine_fixtures.scenarios.runner import GroupRunner, Measured, RunnerEnv, contrast_scenario
-from engine_fixtures.session import sections
+from engine_fixtures.session import marks, sections
 from engine_fixtures.session.marks import AB_KEY
-from engine_fixtures.session.recorder import InvariantJudge, PerfRecorder, session_verdicts
+from engine_fixtures.session.recorder import InvariantJudge, PerfRecorder, conclude_contrast, session_verdicts
 from engine_fixtures.session.registry import ScenarioResults
 from engine_fixtures.store.baselines import Baseline
 from engine_fixtures.store.null_history import NullHistory
@@ -57,18 +58,35 @@ class GpuTier:
         return self.session.settings
 
     # ------------------------------------------------------------------ the tests' calls
-    def __call__(self, scenario: EngineScenario) -> list[Verdict]:
+    def __call__(self, scenario: EngineScenario, arms: Sequence[Arm] = ()) -> list[Verdict]:
         """One launch against this host's pool; in a test marked ``ab``, the A/B of the two builds that
-        ``--perf-reference`` and ``--perf-candidate`` named (resolved at collection, ``marks.resolve_reference``)."""
+        ``--perf-reference`` and ``--perf-candidate`` named (resolved at collection, ``marks.resolve_reference``),
+        serving ``arms`` (live arms switched on each build's engines, each its own contrast) where given. An arm
+        under a CPU quota where no quota can be set here is left out, and the run's findings say so."""
         __tracebackhide__ = True
         builds = self.request.node.stash.get(AB_KEY, None)
-        if builds is not None:
-            group = Group.ab_of(scenario, *builds)
+        if builds is None:
+            return self.arm(Group.launch(scenario), scenario.id)
+        group = Group.ab_of(scenario, *builds, arms=self._quota_permitted(arms))
+        if len(group.contrasts) == 1:
             return self.check(group, group.contrasts[0])
-        group = Group.launch(scenario)
-        return self.arm(group, scenario.id)
+        verdicts = [v for c in group.contrasts for v in self.check(group, c, finish=False)]
+        profiles = self.measure(group).profiles
+        conclude_contrast(f"{group.id}, every arm", verdicts, self.settings.strict,
+                          "\n".join(profiles[c.label] for c in group.contrasts if profiles.get(c.label)))
+        return verdicts
 
-    def check(self, group: Group, contrast: Contrast | str) -> list[Verdict]:
+    def _quota_permitted(self, arms: Sequence[Arm]) -> tuple[Arm, ...]:
+        quota, source = self.settings.cpu_quota, self.settings.sources.get("cpu_quota", "default")
+        needs = [a for a in arms if quota.applied(a.cores(None)) is not None]
+        why = marks.cgroup_skip_reason(quota, source) if needs else None
+        if why is None:
+            return tuple(arms)
+        self.session.findings.append(f"the A/B left out {', '.join(a.name for a in needs)}: {why}")
+        return tuple(a for a in arms if a not in needs)
+
+    def check(self, group: Group, contrast: Contrast | str, finish: bool = True) -> list[Verdict]:
+        """A contrast's verdicts, recorded and attached; with ``finish`` the test ends by them."""
         __tracebackhide__ = True
         contrast = group.contrast(contrast) if isinstance(contrast, str) else contrast
         measured = self.measure(group)
@@ -77,10 +95,10 @@ class GpuTier:
                 f"{measured.run.blocks} blocks")
         where = f"contrast {'on one live engine' if group.live else 'of launches'} ({unit})"
         if group.ab:
-            ref, cand = group.arm(AB_REFERENCE).build, group.arm(AB_CANDIDATE).build
+            ref, cand = group.arm(contrast.reference).build, group.arm(contrast.candidate).build
             where = f"A/B: {cand.label} vs reference {ref.label} ({unit})"  # type: ignore[union-attr]
         self.recorder.finish(contrast_scenario(group, contrast.label), {}, verdicts, where, kind="contrast",
-                             label=contrast.label, profile=measured.profiles.get(contrast.label, ""))
+                             label=contrast.label, profile=measured.profiles.get(contrast.label, ""), end=finish)
         return verdicts
 
     def arm(self, group: Group, name: str) -> list[Verdict]:

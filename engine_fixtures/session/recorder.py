@@ -126,17 +126,20 @@ class PerfRecorder:
 
     def finish(self, scenario: str, arm: object, verdicts: Sequence[Verdict], where: str, *, kind: str,
                pool: Baseline | MissingBaseline | None = None, label: str = "", profile: str = "",
-               judges: Sequence[str] = ()) -> None:
+               judges: Sequence[str] = (), end: bool = True) -> None:
         """The one way a test ends by its rows: rows with no arm of their own (``kind`` "contrast" or "rows": a
         contrast's, an invariant's, a counter's, a figure's) are recorded here (a result's own rows were recorded with
         it; ``judges``: the measured scenarios whose run such a row judges), the table is attached as a report
-        section, and the test ends by them: ``conclude`` for rows against a pool, ``conclude_contrast`` for a
-        contrast's; a figure's rows are report-only and end nothing."""
+        section, and the test ends by them (unless ``end`` is False: the caller ends it over several contrasts):
+        ``conclude`` for rows against a pool, ``conclude_contrast`` for a contrast's; a figure's rows are report-only
+        and end nothing."""
         __tracebackhide__ = True
         if kind != "pool":
             for v in verdicts:
                 self.session.record_invariant(self.item.nodeid, scenario, v, judges, expects_violation(self.item))
         self.sections_for(scenario, arm, verdicts, where)
+        if not end:
+            return
         if kind == "contrast":
             conclude_contrast(label or scenario, verdicts, self.session.settings.strict, profile)
         elif kind == "pool":

@@ -49,6 +49,7 @@
 #              overlapped scheduler cannot hide, so it realises its size; slow-scheduler, a CPU spin in every
 #              Scheduler.run_batch, stays selectable: the overlap hides much of it)
 #   K          a pytest -k expression applied to every step: a part of a step (e.g. K="cpu-quota or 2x2")
+#   AB_K       the A/B steps' -k (default build_ab: both A/B groups; build_ab_cpu or build_ab_cuda_ipc: one)
 #   OUT        if set, everything in $WORK is packed into $OUT/gpu-tier.tgz at the end (with $BASELINES)
 # No step writes a pool unless it is `pool`. Exit status: the last failed step's pytest status, else 0.
 set -uo pipefail
@@ -101,12 +102,14 @@ run() {  # run NAME GUARD_S PYTEST_ARGS...: one pytest session, timed, into $WOR
 }
 last() { ls -d "$WORK/$1"-* 2>/dev/null | sort -V | tail -1; }
 TIER=perf_tests/sglang/gpu_tier
+AB_K=${AB_K:-build_ab}  # the A/B steps' tests: both A/B groups (the cpu launch's arms, cuda_ipc); one: build_ab_cpu
 patch_ms() {  # PATCH_PCT % of the reference build's TPOT (geometric mean) in the newest null or ab run
   python3 - "$(ls -t "$WORK"/null-*/results/results-*.json "$WORK"/ab-*/results/results-*.json 2>/dev/null | head -1)" \
     "${PATCH_PCT:-10}" <<'PY'
 import json, sys, statistics
 data = json.load(open(sys.argv[1]))
-ref = [r for r in data["results"] if r["scenario"].endswith("/build=reference")][0]
+refs = [r for r in data["results"] if r["scenario"].endswith("/build=reference")]
+ref = ([r for r in refs if "copy=buffer" in r["scenario"]] or refs)[0]  # the buffer arm: no quota, no fan-out
 print(f"{statistics.mean(ref['samples']['tpot_gmean_ms']) * float(sys.argv[2]) / 100:.3f}")
 PY
 }
@@ -120,12 +123,12 @@ for step in "$@"; do
       python3 -m engine_fixtures.cli reference promote \
         "${PROMOTE:-site:${SITE:?promote needs PROMOTE=venv:DIR|site:DIR|wheel:FILE or SITE}}" --baseline-dir "$BASELINES" --reason "gpu_tier.sh promote $(date -u +%FT%TZ)" 2>&1 | tee "$WORK/logs/promote.log"
       log "promote rc=${PIPESTATUS[0]}" ;;
-    ab) run ab "${AB_GUARD_S:-360}" "$TIER/test_groups.py" -k build_ab --perf-reference stored ${AB_ARGS:-} ;;
-    null) run null "${AB_GUARD_S:-360}" "$TIER/test_groups.py" -k build_ab --perf-reference installed ${AB_ARGS:-} ;;
+    ab) run ab "${AB_GUARD_S:-360}" "$TIER/test_groups.py" -k "$AB_K" --perf-reference stored ${AB_ARGS:-} ;;
+    null) run null "${AB_GUARD_S:-360}" "$TIER/test_groups.py" -k "$AB_K" --perf-reference installed ${AB_ARGS:-} ;;
     patch)
       ms=$(patch_ms) || { log "patch: no null or ab run to size the patch from"; continue; }
       log "patch: ${PATCH:-slow-decode}=$ms ms (${PATCH_PCT:-10} % of the reference TPOT) against ${REF:-stored}"
-      run patch "${AB_GUARD_S:-540}" "$TIER/test_groups.py" -k build_ab --perf-reference "${REF:-stored}" \
+      run patch "${AB_GUARD_S:-540}" "$TIER/test_groups.py" -k "$AB_K" --perf-reference "${REF:-stored}" \
         --perf-candidate "patch:${PATCH:-slow-decode}=$ms" ${AB_ARGS:-} ;;
     transport) run transport 200 "$TIER/test_groups.py" -k transport_group ${AB_ARGS:-} ;;
     cv)

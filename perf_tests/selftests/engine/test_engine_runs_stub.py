@@ -239,13 +239,13 @@ def run_ab(factory: EngineFactory, model: Path, stream: LoadStream, settings: Se
         return measure_segment(engine, stream, plan, Timeline())  # type: ignore[arg-type]
 
     def undecided(windows, block_unit, alpha):  # type: ignore[no-untyped-def]
-        return open_cells(AB, windows, block_unit, Judging(alpha, 2 * instances, null_for=lambda _m: null))
+        return open_cells(AB, windows, block_unit, Judging(alpha, 2 * instances, null_for=lambda _c, _m: null))
 
     run = measure(AB, Budget(instances, 1, most or instances), visit, undecided, start=start,
                   blocks_per_unit=settings.ab_blocks)
     verdicts = {v.metric: v for v in contrast_verdicts(AB, CONTRAST, run.windows, run.block_unit,
                                                        Judging(run.alpha_per_look, run.budget_units,
-                                                               null_for=lambda _m: null))}
+                                                               null_for=lambda _c, _m: null))}
     return run, verdicts, live
 
 

@@ -31,7 +31,7 @@ from engine_fixtures.scenarios.group import AB_CANDIDATE, AB_REFERENCE, Group
 from engine_fixtures.scenarios.nulls import pair_units
 from engine_fixtures.store.results import ResultsFile
 
-AB = EngineScenario("ab-cpu-buffer", transport="cpu", copy="buffer")  # perf_tests.sglang.gpu_tier.test_groups.AB
+AB = EngineScenario("ab-cpu-buffer", transport="cpu", copy="buffer")  # the one-arm A/B its results were measured by
 
 
 def load(path: Path) -> tuple[Group, dict[str, list[tuple[int, dict[str, float]]]], list[int], dict[str, Any]]:
@@ -76,7 +76,7 @@ def history_sample(path: Path | None, before_run: str | None, *, others: bool = 
 
 def judge(group: Group, windows: Mapping[str, Sequence[tuple[int, dict[str, float]]]], units: Sequence[int],
           meta: Mapping[str, Any], history: Mapping[str, Sequence[float]]) -> list[Any]:
-    def null_for(name: str) -> NullSample | None:
+    def null_for(_label: str, name: str) -> NullSample | None:
         return NullSample.of(history[name], "the history") if history.get(name) else None
 
     judging = Judging(meta["alpha_per_look"], meta["budget_instance_groups"], None, None, null_for, meta["axes"])

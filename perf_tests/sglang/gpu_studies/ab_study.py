@@ -94,7 +94,7 @@ def study_group(scenario: EngineScenario, sizes: int, placements: Sequence[str] 
 
 
 def judge_trial(group: Group, windows: ArmWindows, block_unit: Sequence[int], i: int, pairs: int,
-                null_for: NullFor = lambda _m: None) -> dict[str, dict]:
+                null_for: NullFor = lambda _c, _m: None) -> dict[str, dict]:
     """Candidate ``i`` (1-based) against the reference over one trial, judged as the default A/B's first look."""
     budget = Budget(pairs, 1, 2 * pairs)
     verdicts = contrast_verdicts(group, group.contrasts[i - 1], windows, block_unit,
@@ -103,7 +103,7 @@ def judge_trial(group: Group, windows: ArmWindows, block_unit: Sequence[int], i:
 
 
 def run(model: Path, scenario: EngineScenario, sizes: Sequence[float], pairs: int, blocks: int, budget_s: float,
-        settings: Settings, out: Path, null_for: NullFor = lambda _m: None, placements: Sequence[str] = ("off",),
+        settings: Settings, out: Path, null_for: NullFor = lambda _c, _m: None, placements: Sequence[str] = ("off",),
         patch: str = PATCH, live_check: int = 0) -> dict:
     t_start = time.monotonic()
     split = cpu_split(settings.engine_cpus, settings.client_cpus)

@@ -104,7 +104,7 @@ def judge_trials(report: Mapping[str, Any], pairs: int, blocks: int | None = Non
                    for m, u in units.items() if u}
         windows, block_unit = trial_windows(inside)
         trials.append({str(report["sizes"][i]): judge_trial(decl, windows, block_unit, i + 1, pairs,
-                                                            lambda m, h=history: h.get(m))
+                                                            lambda _c, m, h=history: h.get(m))
                        for i in range(len(sizes))})
     return trials
 
