@@ -325,9 +325,10 @@ class GroupRunner:
     def _profile(self, measured: Measured, live: Mapping[str, EngineHandle],
                  switch: Callable[[str], EngineHandle], workloads: Mapping[str, WorkloadSpec],
                  staging: Callable[[str], None] | None = None) -> dict[str, str]:
-        """The differential profile of each contrast whose verdicts ask for one, arm against arm on the engines just
-        measured (each moved onto the stage first, where the group has one: ``staging``); of an arm judged against
-        its pool alone, against the profile stored beside the pool."""
+        """The differential profile of each contrast whose verdicts ask for one (of an A/B's arms, the first: one pair
+        of builds, about 20 s of windows a profile), arm against arm on the engines just measured (each moved onto the
+        stage first, where the group has one: ``staging``); of an arm judged against its pool alone, against the
+        profile stored beside the pool."""
         group, out = measured.group, {}
 
         def build(name: str) -> tuple[Any, Callable[[float], int]]:
@@ -345,7 +346,9 @@ class GroupRunner:
             statuses = [v.status for v in measured.verdicts(c.label)]
             ps = ProfileSettings.from_settings(self.settings,
                                                live[group.members_of(c.candidate)[0]].workdir / "profiles" / c.id)
-            if ps.wanted(statuses):
+            if ps.wanted(statuses) and group.ab and out:  # one build pair: its first failing arm speaks for it
+                out[c.label] = f"(the builds were profiled on the first arm that asked: {next(iter(out))})"
+            elif ps.wanted(statuses):
                 out[c.label] = explain_ab(self.env.profiles, [contrast_scenario(group, c.label)], statuses, ps,
                                           candidate=build(c.candidate), reference=build(c.reference))
         if not group.contrasts and group.row_blocks is None:

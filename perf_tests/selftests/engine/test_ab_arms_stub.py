@@ -2,7 +2,8 @@
 engines serve every arm, switched live and proved at each visit, and each arm is its own contrast of the builds. A
 candidate whose slowdown is confined to one arm (the stub's torch copy 40 ms slower, set by the build's environment)
 is flagged on that arm's row, the arm that does not run it is not; four engines serve three arms (two builds, two
-replicas), never one engine per arm; and each arm's same-build pairs go to an A/A history shape of its own."""
+replicas), never one engine per arm; the builds are profiled once, on the first arm that asks; and each arm's
+same-build pairs go to an A/A history shape of its own."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_a_slowdown_of_one_arm_is_flagged_on_that_arm_alone(model: Path, tmp_path: Path) -> None:
     settings = Settings(window_s=0.4, warmup_s=0.1, ab_blocks=2, ab_instances=1, ab_max_instances=1,
-                        cpu_quota=QuotaSetting.parse("none"), profile="off")
+                        cpu_quota=QuotaSetting.parse("none"), profile="always")
     factory = EngineFactory(tmp_path / "engines", deadline_s=60.0, max_live=4)
     history = NullHistory(tmp_path, "m", HostIdentity.collect(()))
     try:
@@ -85,6 +86,9 @@ def test_a_slowdown_of_one_arm_is_flagged_on_that_arm_alone(model: Path, tmp_pat
         assert f"copy={ 'buffer' if arm == 'buffer' else 'torch'}" in result.scenario, result.scenario
         assert result.scenario.endswith("/build=reference") == name.startswith("reference.")
     assert "threads=1" in measured.results["candidate.torch-capped"].scenario
+    # one pair of builds: profiled once, on the first arm that asked; the others say so rather than profile again
+    assert measured.profiles["torch: candidate vs reference"] == (
+        "(the builds were profiled on the first arm that asked: buffer: candidate vs reference)")
     # each arm's same-build pairs: an A/A history shape of its own
     shapes = sorted(p.name for p in tmp_path.rglob("*.json") if "ab-null" in str(p))
     assert len(shapes) == 3, shapes
