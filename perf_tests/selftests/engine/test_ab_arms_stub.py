@@ -107,7 +107,7 @@ LAUNCH = EngineScenario("stub", concurrency=2, output_tokens=8, launcher=STUB, c
 def test_ab(perf_gpu_tier):
     rows = perf_gpu_tier(LAUNCH, arms=(Arm("buffer", copy="buffer"), Arm("torch", copy="torch"),
                                        Arm("torch-quota", copy="torch", quota=1.0)))
-    assert {r.status for r in rows} <= {"pass", "no-baseline", "inconclusive"}
+    assert {r.metric for r in rows} >= {"requests_per_s", "tpot_gmean_ms"}
 """
 
 
@@ -121,7 +121,12 @@ def test_the_ab_fixture_ends_on_every_arm_and_says_which_it_left_out(pytester: p
         "--perf-ab-blocks", "2", "--perf-ab-max-instances", "1", "--perf-strict", "no", "--perf-cpu-quota", "none",
         "--perf-reference", "installed", "--perf-profile", "off", *STEAL, timeout=600)
     outcomes = r.parseoutcomes()
-    assert outcomes.get("passed", 0) + outcomes.get("skipped", 0) == 1, r.stdout.str()[-3000:]
+    # a null of two stub builds on a busy 2-core box: whether it passes is a false-alarm rate, not asserted here (the
+    # engines' own offsets read as an "improvement" once in CI); a failure must be a verdict, never an error
+    assert outcomes.get("errors", 0) == 0, r.stdout.str()[-3000:]
+    assert sum(outcomes.get(k, 0) for k in ("passed", "skipped", "failed")) == 1, r.stdout.str()[-3000:]
+    if outcomes.get("failed", 0):
+        r.stdout.fnmatch_lines(["*InvariantViolated: performance invariant violated*"])
     r.stdout.fnmatch_lines(["*the A/B left out torch-quota: CPU quotas are disabled (--perf-cpu-quota none*"])
     out = r.stdout.str()
     assert "buffer: candidate vs reference" in out
