@@ -37,13 +37,13 @@ from engine_fixtures.isolation.cgroups import PREFIX
 from engine_fixtures.isolation.leaks import Leaks, LeakSnapshot, semaphore_files
 from engine_fixtures.judge.blocks import ratios_by_block
 from engine_fixtures.judge.blocks import rounds as mirrored_rounds
+from engine_fixtures.judge.families import CPU_REL_METRICS
 from engine_fixtures.judge.metrics import REL_PREFIX
 from engine_fixtures.judge.sequential import Budget, measure_until_decided
 from engine_fixtures.store.results import RunResult
 from engine_fixtures.transport.arms import SGLANG_PREFIX
 
 CGROUP_NAME = f"mech-{os.getpid()}"  # cgroups perf-mech-<pid>-<uuid>: this process's own
-REL_METRICS = ("requests_per_s", "latency_p50_ms")
 Undecided = Callable[[list[RunResult], float], Sequence[str]]
 # after(results, rigs by arm id, twin): called once the rounds are decided, rigs still running (profiling)
 After = Callable[[list[RunResult], dict[str, Rig], Callable[[CpuTierArm], Rig]], None]
@@ -127,7 +127,7 @@ def _results(arms: Sequence[CpuTierArm], rigs: list[Rig], windows: list[list[dic
         samples = {n: tuple(w[n] for w in measured) for n in measured[0]}
         if ctrl is not None and arm != control:
             rounds = range(len(measured))  # each round the arm against the control, as a ratio
-            for name in REL_METRICS:
+            for name in CPU_REL_METRICS:
                 samples[REL_PREFIX + name] = ratios_by_block(name, [c[name] for c in ctrl], rounds,
                                                              [w[name] for w in measured], rounds)
         stages = rig.stage_ms[warmup:] or rig.stage_ms

@@ -20,14 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from engine_fixtures.judge.families import PER_ROLE_GATES, ROLES_BY_AXIS
 from engine_fixtures.judge.metrics import REL_PREFIX, SAME_BUILD, metric
-
-ROLES_BY_AXIS: Mapping[str, tuple[str, ...]] = {
-    "copy": ("http_server",),
-    "ipc_cache": ("scheduler",),
-    "transport": ("http_server", "scheduler"),
-}
-PER_ROLE_GATES = ("cpu_s_per_request", "cpu_share_of_quota")  # gate for the roles the arm changes only
 
 
 def arm_of(scenario: str) -> dict[str, str]:

@@ -26,7 +26,6 @@ from engine_fixtures.judge.rows import Verdict, as_diagnostic, level, with_inter
 
 LOG_RATIO = "requests_per_s"  # any log-scale metric: an invariant is a ratio, whatever its metric's own scale
 GROUP_CEILING_FACTOR = 2.0  # a group of separate engines may promise twice a live contrast's ceiling (below)
-UNITS = ("blocks", "groups")
 
 
 def _margin(m: Metric, bound: float, ref: float) -> float:

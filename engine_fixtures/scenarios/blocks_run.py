@@ -24,13 +24,14 @@ from typing import Any
 from engine_fixtures.judge import sequential
 from engine_fixtures.judge.blocks import labelled_effects, near_order, plan, unit_means
 from engine_fixtures.judge.decide import NullSample
+from engine_fixtures.judge.families import REPORTED_WHY
 from engine_fixtures.judge.gating import gating
 from engine_fixtures.judge.metrics import is_known, metric
 from engine_fixtures.judge.paired import judge_contrast
 from engine_fixtures.judge.rows import as_diagnostic
 from engine_fixtures.judge.sequential import Budget, Progress, measure_until_decided
 from engine_fixtures.judge.verdicts import Verdict
-from engine_fixtures.scenarios.group import REPORTED_WHY, Contrast, Group
+from engine_fixtures.scenarios.group import Contrast, Group
 from engine_fixtures.scenarios.nulls import building, judged_null
 
 Window = tuple[int, dict[str, float]]  # (block index, the window's values)

@@ -36,36 +36,27 @@ from dataclasses import dataclass, field, replace
 from engine_fixtures.engine.build import EngineBuild
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError
+from engine_fixtures.judge.families import (
+    FAMILIES,
+    LIVE_REL_METRICS,
+    REPORTED,
+    REPORTED_WHY,
+    ROLE_FAMILIES,
+    ROLE_FAMILY,
+    ROLES_BY_AXIS,
+    SHARE_FAMILY,
+)
 from engine_fixtures.scenarios.arm import INHERIT, QUOTA_THREADS, Arm
 from engine_fixtures.scenarios.engine import EngineScenario, graph_bucket
 from engine_fixtures.sglang_plugin import patches
 
-__all__ = ["INHERIT", "QUOTA_THREADS", "Arm", "Contrast", "CounterBound", "Group"]  # Arm lives in scenarios.arm
+# Arm lives in scenarios.arm, the families in judge.families
+__all__ = ["FAMILIES", "INHERIT", "QUOTA_THREADS", "REL_METRICS", "REPORTED", "REPORTED_WHY", "ROLE_FAMILY",
+           "SHARE_FAMILY", "Arm", "Contrast", "CounterBound", "Group"]
 
-ROLE_FAMILY = "cpu_s_per_request.<role>"
-SHARE_FAMILY = "cpu_share_of_quota.<role>"
-ROLE_FAMILIES = (ROLE_FAMILY, SHARE_FAMILY)  # resolved to the roles a contrast's two arms differ in (``families``)
-# The families a contrast gates on, each by its window statistic with the smallest per-block spread (TPOT: the
-# geometric mean of per-request TPOT; TTFT: the median, which stayed the quietest once the warm-up ends with its
-# in-flight wave; docs/results/estimators-2026-12-03; GPU busy: NVML's sample buffer, issue 46), and the figures
-# users read, shown beside them, never gating. A role's share of the quota is judged only where a quota applies
-# (the arms measure it there): it is the figure the seed published, with the CPU per request beside it.
-FAMILIES: tuple[str, ...] = ("requests_per_s", "ttft_p50_ms", "tpot_gmean_ms", ROLE_FAMILY, SHARE_FAMILY,
-                              "gpu_util_buffer_mean", "gpu_util_mean", "tpot_p50_ms")
-# Measured and shown with their interval in every contrast, never gating, and why (a contrast adds its own).
-REPORTED_WHY: Mapping[str, str] = {
-    "tpot_p50_ms": "the TPOT figure users read; TPOT gates on its geometric mean over the requests, 3-5x quieter per "
-                   "block (TPOT is bimodal per lockstep wave)",
-    "gpu_util_mean": "a 10 Hz poll of NVML's last-period average, shown beside the sample buffer's mean "
-                     "(gpu_util_buffer_mean), which gates: the buffer reads each driver period once, cut at the "
-                     "window's edges by the driver's timestamp; on the same windows of two H100 hosts the poll was "
-                     "noisier per block (10.7 against 7.8 % rms, docs/results/h100-issue46-2026-12-06b)",
-}
-REPORTED: tuple[str, ...] = tuple(REPORTED_WHY)
-# A live arm's ratios over its group's control, gated against its pool instead of its level (GPU busy gates only so).
-REL_METRICS = ("requests_per_s", "ttft_p50_ms", "tpot_gmean_ms", "gpu_util_buffer_mean")
-# The roles whose CPU an axis changes (SGLang's processes by title): the copy and its threads run in the
-# tokenizer manager (the HTTP server process), the IPC cache opens handles in the scheduler.
+# The families' policy lives in ``judge.families`` (re-exported here for declarations: ``from engine_fixtures import
+# FAMILIES``).
+REL_METRICS = LIVE_REL_METRICS
 PATCH_ROLES: Mapping[str, str] = patches.ROLES  # the process each named patch runs in (its target's)
 AB_REFERENCE, AB_CANDIDATE = "reference", "candidate"
 REPLICA_MARK = "@"  # a member of a group of launches started more than once per instance group: "<arm>@<k>"
@@ -365,14 +356,14 @@ class Group:
         rs, cs = self.scenario_of(ref), self.scenario_of(cand)
         roles: list[str] = []
         if (rs.transport, rs.copy, ref.copy, ref.threads) != (cs.transport, cs.copy, cand.copy, cand.threads):
-            roles.append("http_server")
+            roles += ROLES_BY_AXIS["copy"]
         if (rs.transport, rs.ipc_cache, ref.ipc_cache) != (cs.transport, cs.ipc_cache, cand.ipc_cache):
-            roles.append("scheduler")
+            roles += ROLES_BY_AXIS["ipc_cache"]
         for name in sorted(set(ref.patch_ms) | set(cand.patch_ms)):
             if ref.patch_ms.get(name) != cand.patch_ms.get(name):
                 roles.append(PATCH_ROLES.get(name, "http_server"))
         if ref.build != cand.build:
-            roles += ["http_server", "scheduler"]
+            roles += ROLES_BY_AXIS["transport"]  # a build changes either end
         out: list[str] = []
         for m in contrast.metrics:
             names = ([m.replace("<role>", r) for r in dict.fromkeys(roles)] if m in ROLE_FAMILIES else [m])

@@ -32,11 +32,12 @@ from engine_fixtures.engine.handle import EngineHandle
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.judge.blocks import ratios_by_block
 from engine_fixtures.judge.decide import MIN_BLOCKS
+from engine_fixtures.judge.families import LIVE_REL_METRICS
 from engine_fixtures.judge.metrics import REL_PREFIX
 from engine_fixtures.judge.sequential import Budget
 from engine_fixtures.options import Settings
 from engine_fixtures.scenarios.blocks_run import VISIT_KEY, ArmWindows, GroupRun, arm_windows
-from engine_fixtures.scenarios.group import REL_METRICS, Arm, Group
+from engine_fixtures.scenarios.group import Arm, Group
 from engine_fixtures.scenarios.refusal import window_refusal
 from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.store.results import BLOCK_KEY, SAMPLE_WINDOWS_KEY, RunResult
@@ -104,7 +105,7 @@ def control_ratios(group: Group, name: str, windows: ArmWindows) -> dict[str, tu
         return {}
     own, control = windows[name], windows[group.control]  # type: ignore[index]
     out = {}
-    for m in REL_METRICS:
+    for m in LIVE_REL_METRICS:
         ref = [(b, w[m]) for b, w in control if m in w]
         cand = [(b, w[m]) for b, w in own if m in w]
         ratios = ratios_by_block(m, [v for _, v in ref], [b for b, _ in ref], [v for _, v in cand],

@@ -101,7 +101,7 @@ def test_every_gating_metric_declares_its_ab_size_and_widest_promise() -> None:
 
 def test_roles_the_engine_really_emits() -> None:
     """The committed H200 pools' roles (a role never emitted, like 'tokenizer', judges nothing)."""
-    from engine_fixtures.judge.gating import ROLES_BY_AXIS
+    from engine_fixtures.judge.families import ROLES_BY_AXIS
 
     emitted = {"http_server", "scheduler", "detokenizer"}
     assert {r for roles in ROLES_BY_AXIS.values() for r in roles} <= emitted
