@@ -134,7 +134,7 @@ class PerfSession:
         self.records.append(Record(nodeid, scenario, {}, (verdict,), judges=tuple(judges), expected=expected))
 
     def rows(self) -> list[Row]:
-        return [row for rec in self.records for row in rows_for(rec.scenario, rec.arm, rec.verdicts)]
+        return [row for rec in self.records for row in rows_for(rec.scenario, rec.arm, rec.verdicts, rec.expected)]
 
     def verdict_statuses(self) -> dict[str, dict[str, str]]:
         """Per measured scenario, each row's status: its own metrics' and those of the invariants that judge it

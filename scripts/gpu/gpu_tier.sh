@@ -45,6 +45,8 @@
 #              left to start; a step killed by the budget loses its results, so keep the guards above what it takes
 #   ARGS       more pytest arguments for every step (e.g. --perf-profile off); MATRIX_ARGS, SMOKE_ARGS,
 #              AB_ARGS (null, patch, transport) for some of them (split on spaces)
+#   PATCH_MS   the patch step's milliseconds, given (no null or ab run needed first); unset: PATCH_PCT of the last
+#              null or ab run's reference TPOT
 #   PATCH      the named patch of the patch step (default slow-decode: GPU time before every decode step, which the
 #              overlapped scheduler cannot hide, so it realises its size; slow-scheduler, a CPU spin in every
 #              Scheduler.run_batch, stays selectable: the overlap hides much of it)
@@ -126,7 +128,7 @@ for step in "$@"; do
     ab) run ab "${AB_GUARD_S:-360}" "$TIER/test_groups.py" -k "$AB_K" --perf-reference stored ${AB_ARGS:-} ;;
     null) run null "${AB_GUARD_S:-360}" "$TIER/test_groups.py" -k "$AB_K" --perf-reference installed ${AB_ARGS:-} ;;
     patch)
-      ms=$(patch_ms) || { log "patch: no null or ab run to size the patch from"; continue; }
+      ms=${PATCH_MS:-$(patch_ms)} || { log "patch: no null or ab run to size the patch from (or give PATCH_MS)"; continue; }
       log "patch: ${PATCH:-slow-decode}=$ms ms (${PATCH_PCT:-10} % of the reference TPOT) against ${REF:-stored}"
       run patch "${AB_GUARD_S:-540}" "$TIER/test_groups.py" -k "$AB_K" --perf-reference "${REF:-stored}" \
         --perf-candidate "patch:${PATCH:-slow-decode}=$ms" ${AB_ARGS:-} ;;

@@ -86,3 +86,19 @@ def test_ab_blocks_take_each_windows_block_and_a_per_segment_value_once() -> Non
              ab_ratios(cand, ref, ("requests_per_s", "rebuild_ms_per_image")).axes[0].lines}
     assert lines["requests_per_s"] == pytest.approx([1.1, 1.0])
     assert lines["rebuild_ms_per_image"] == pytest.approx([1.1, 1.0])
+
+
+def test_a_known_regressions_row_says_so_in_every_table() -> None:
+    """A green run's known upstream regression (a strict xfail's expected violation) reads as such, never as a bare
+    `regression` beside the passes; an unexpected regression keeps its word."""
+    from dataclasses import replace
+
+    from engine_fixtures.report.table import KNOWN, markdown, terminal_table
+
+    v = replace(judge_metric("requests_per_s", [(10.0, 10.1), (9.9, 10.2), (10.1, 10.0)], [6.0, 6.1, 5.9]),
+                status="regression")
+    known, plain = rows_for("live/cpu: stock >= 0.9x buffer", {}, [v], known=True), rows_for("other", {}, [v])
+    assert known[0].cells()[-1] == KNOWN == "regression (known: xfail)"
+    assert plain[0].cells()[-1] == "regression"
+    assert KNOWN in terminal_table(known)
+    assert markdown(known + plain).splitlines()[2] == f"1 regression, 1 {KNOWN}"
