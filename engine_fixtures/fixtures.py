@@ -16,12 +16,12 @@ Engine:
 - ``perf_load`` (session): the one load client of the session, pinned apart from the engines.
 - ``engine``: parametrised indirectly, ``@pytest.mark.parametrize("engine", [spec_or_overrides],
   indirect=True)``, where the parameter is an ``EngineSpec`` or a dict of its fields (``model`` defaults
-  to ``perf_model_dir``, ``gpus`` to ``--perf-gpus``); see ``engine.params``. A failing test that used it
+  to ``perf_model_dir``, ``gpus`` to ``--perf-gpus``); see ``session.params``. A failing test that used it
   shows section "engine log (tail)".
 
 Judging:
 - ``perf_record(result) -> list[Verdict]``: records and judges a ``RunResult`` against this machine's
-  baseline (``report.recorder.PerfRecorder``); a failing test shows section "perf verdicts".
+  baseline (``session.recorder.PerfRecorder``); a failing test shows section "perf verdicts".
 - ``perf_invariant(label, metric, reference, current, bound) -> Verdict``: a same-run invariant between arms, per
   round (``reference``/``current`` are RunResults or sample sequences); ``perf_invariant.check(contrast)`` judges a
   declared ``Contrast`` of the CPU tier's arms, or a ``CounterBound``, from this session's results.
@@ -204,7 +204,7 @@ def perf_gpu_tier(request: pytest.FixtureRequest, engine_factory: EngineFactory,
 # ---------------------------------------------------------------------------------------------- judging
 @pytest.fixture
 def perf_record(request: pytest.FixtureRequest) -> PerfRecorder:
-    """Judge a ``RunResult`` against this machine's baseline; see ``report.recorder``."""
+    """Judge a ``RunResult`` against this machine's baseline; see ``session.recorder``."""
     return PerfRecorder(get_session(request.config), request.node)
 
 
