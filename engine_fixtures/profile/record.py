@@ -15,7 +15,9 @@ and then, which py-spy counts as an error). ``--function`` aggregates by the fun
 
 Where py-spy cannot attach (binary missing, no ptrace permission, process gone) the role gets an empty profile
 whose ``note`` is one line with the reason and the fix, and the window still runs: profiling never fails a
-verdict. Every subprocess has a timeout; every py-spy started is stopped and reaped on every path.
+verdict. Every subprocess has a timeout; every py-spy is started by the one supervisor
+(``isolation.process.Supervised``: owner-tagged, so a sweep finds one a crashed run left) and stopped and reaped on
+every path.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
+from engine_fixtures.isolation.process import LaunchSpec, Supervised
 from engine_fixtures.profile.model import Frame, Profile, RoleProfiles, Stack
 
 BINARY_ENV = "PERF_PY_SPY"
@@ -98,10 +101,14 @@ class _Spy:
 
     role: str
     pid: int
-    proc: subprocess.Popen[str] | None
+    sup: Supervised | None  # py-spy, started by the one supervisor (owner-tagged, its tree reaped on every path)
     raw: Path
     log: Path
     note: str = ""
+
+    @property
+    def proc(self) -> subprocess.Popen[str] | None:
+        return self.sup.proc if self.sup is not None else None
 
     def wait_sampling(self, deadline: float) -> None:
         """Until py-spy says it samples, or exits (a refusal: its first error line becomes the note)."""
@@ -140,9 +147,10 @@ class _Spy:
         try:
             out, _ = proc.communicate(timeout=STOP_DEADLINE_S)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate(timeout=STOP_DEADLINE_S)
+            out = ""
             self.note = self.note or f"py-spy on {self.role} pid {self.pid} did not stop within {STOP_DEADLINE_S:g} s"
+        finally:
+            self.sup.stop(grace_s=1.0)  # type: ignore[union-attr]  # SIGTERM, SIGKILL what is left, reaped
         m = _SUMMARY.search(out or "")
         stacks = parse_collapsed(self.raw.read_text(errors="replace")) if self.raw.exists() else {}
         placed: dict[Stack, int] = {}
@@ -166,9 +174,8 @@ def _start(binary: str, role: str, pid: int, rate_hz: float, max_s: float, workd
             "--format", "raw", "--full-filenames", "--nonblocking", "--output", str(raw)]
     if subprocesses:
         argv.append("--subprocesses")
-    with open(log, "w") as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True)
-    return _Spy(role, pid, proc, raw, log)
+    spec = LaunchSpec(tuple(argv), log, name=f"py-spy {role} {pid}", stdio="pipes", text=True)
+    return _Spy(role, pid, Supervised.start(spec), raw, log)
 
 
 def record(pids_by_role: Mapping[str, Sequence[int]], drive_load: Callable[[float], int], *, rate_hz: float,
