@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from engine_fixtures.engine.build import EngineBuild
 from engine_fixtures.engine.spec import EngineSpec
 from engine_fixtures.errors import ConfigError
+from engine_fixtures.judge.counters import KINDS as COUNTER_KINDS
 from engine_fixtures.judge.families import (
     FAMILIES,
     LIVE_REL_METRICS,
@@ -119,8 +120,8 @@ class CounterBound:
     kind: str = "at_most"
 
     def __post_init__(self) -> None:
-        if self.kind not in ("at_most", "at_least"):
-            raise ConfigError(f"CounterBound kind {self.kind!r}: use 'at_most' or 'at_least'")
+        if self.kind not in COUNTER_KINDS:
+            raise ConfigError(f"CounterBound kind {self.kind!r}: use one of {', '.join(COUNTER_KINDS)}")
 
     @property
     def id(self) -> str:

@@ -38,6 +38,7 @@ from engine_fixtures.errors import (
     PerformanceRegression,
     StaleBaseline,
 )
+from engine_fixtures.judge.counters import judge_counter
 from engine_fixtures.judge.decide import ALPHA
 from engine_fixtures.judge.verdicts import Verdict, diagnostic, judge_invariant, judge_result
 from engine_fixtures.options import resolve
@@ -275,22 +276,12 @@ class InvariantJudge:
         return rows[-1]
 
     def counter(self, bound: Any) -> Verdict:
-        """A ``CounterBound``: every value of the arm's metric at or below the limit, or its peak at or above it
-        (exact counts, no statistics). A per-segment metric has one value per segment, on its first window."""
+        """A ``CounterBound`` on the session's results of its arm (``judge.counters.judge_counter``)."""
         __tracebackhide__ = True
         result = self.results.get(bound.arm)
         values = _samples(result, bound.metric)
-        if bound.kind == "at_least":
-            seen, holds, rule = max(values), max(values) >= bound.limit, "peak"
-        else:
-            seen, holds, rule = max(values), max(values) <= bound.limit, "worst value"
-        status = "pass" if holds else "regression"
-        total = len(result.metadata.get(INSTANCE_KEY) or values)
-        over = f"{len(values)} windows" if len(values) == total else f"{len(values)} values from {total} windows"
-        verdict = Verdict(f"{bound.metric} {bound.label}", status, "bound", bound.limit, seen, None, None, None,
-                          len(values), f"{bound.metric} of {bound.arm}: {rule} {seen:.3g} over {over} "
-                          f"({bound.kind.replace('_', ' ')} {bound.limit:g}): "
-                          f"{'holds' if holds else 'invariant violated'}", "linear")
+        verdict = judge_counter(bound.label, bound.metric, bound.arm, bound.kind, bound.limit, values,
+                                len(result.metadata.get(INSTANCE_KEY) or values))
         self.recorder.finish(result.scenario, {}, [verdict], "counter invariant", kind="contrast",
                              label=bound.label, judges=(result.scenario,))
         return verdict
