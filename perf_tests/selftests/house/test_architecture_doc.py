@@ -1,4 +1,5 @@
-"""docs/ARCHITECTURE.md names the modules that are there, checked against the tree as it is.
+"""docs/ARCHITECTURE.md names the modules that are there, checked against the tree as it is (and README, GUIDE and
+CONTRIBUTING name only modules that exist: the third rule below, over their code spans too).
 
 - Every name in the first column of "Packages and their contracts" exists under ``engine_fixtures/`` (``x/``: a
   subpackage with an ``__init__.py``; ``x.py``: a module).
@@ -25,10 +26,13 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
 PACKAGE = ROOT / "engine_fixtures"
 TABLE_HEADING = "## Packages and their contracts"
+OTHER_DOCS = (ROOT / "README.md", ROOT / "docs" / "GUIDE.md", ROOT / "docs" / "CONTRIBUTING.md")  # their code spans
 
 SPAN = re.compile(r"`([^`\n]+)`")
 TOKEN = re.compile(r"[^\s`(),:;|'\"]+")
@@ -41,8 +45,8 @@ FOREIGN = ("engine_fixtures", "sglang", "torch", "cpu", "memory", "cgroup")
 NOT_PYTHON = (".html", ".md", ".json", ".png", ".sqlite", ".txt", ".toml", ".ini", ".yaml", ".yml", ".csv", ".svg")
 
 
-def doc_lines() -> list[tuple[int, str]]:
-    return list(enumerate(DOC.read_text().splitlines(), start=1))
+def doc_lines(doc: Path = DOC) -> list[tuple[int, str]]:
+    return list(enumerate(doc.read_text().splitlines(), start=1))
 
 
 def is_package(path: Path) -> bool:
@@ -88,10 +92,10 @@ def unit_problem(name: str) -> str | None:
     return f"{name!r} is neither a subpackage (`x/`) nor a module (`x.py`)"
 
 
-def code_tokens() -> list[tuple[int, str]]:
+def code_tokens(doc: Path = DOC) -> list[tuple[int, str]]:
     """(line, token) for each word in a backticked span or in a fenced block."""
     out, fenced = [], False
-    for line, text in doc_lines():
+    for line, text in doc_lines(doc):
         if text.startswith("```"):
             fenced = not fenced
             continue
@@ -187,8 +191,9 @@ def test_every_top_level_unit_has_a_row_in_the_contracts_table() -> None:
                          + "; give each unit its concern and key API there")
 
 
-def test_every_module_the_document_names_exists() -> None:
-    problems = [f"{DOC.name}:{line}: `{token}`: {why}" for line, token in code_tokens()
+@pytest.mark.parametrize("doc", [DOC, *OTHER_DOCS], ids=lambda p: p.name)
+def test_every_module_the_document_names_exists(doc: Path) -> None:
+    problems = [f"{doc.name}:{line}: `{token}`: {why}" for line, token in code_tokens(doc)
                 if (why := reference_problem(token)) is not None]
     assert not problems, "\n".join(problems)
 
