@@ -338,14 +338,23 @@ class PerfSession:
         except PerfError as exc:
             self.failures.append(f"--perf-promote: the installed build was not kept: {exc}")
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None]:
+        """The run ends on the verdict table: written after pytest's own short summary (this wrapper is outermost),
+        just before its closing counts line. Report-only rows are counted here and shown in summary.md and
+        report.html beside the verdicts."""
+        result = yield
         for finding in self.findings:
             terminalreporter.write_line(f"perf finding: {finding}", yellow=True)
         if not self.records:
-            return
+            return result
         tr = terminalreporter
+        rows = self.rows()
+        shown = [r for r in rows if r.verdict.status != "report-only"]
         tr.write_sep("=", "perf summary")
-        tr.write(terminal_table(self.rows(), width=tr._tw.fullwidth, color=tr.hasmarkup))
+        if len(shown) < len(rows):
+            tr.write_line(f"perf: {len(rows) - len(shown)} report-only row(s) (measured, never gating) are in "
+                          "summary.md and report.html")
         for note in self.notes():
             tr.write_line(f"perf: {note}", red=note.startswith("FAILED"))
         for path in self.written:
@@ -356,6 +365,8 @@ class PerfSession:
             tr.write_line(f"perf profile: {note}", yellow=True)
         for err in self.errors:
             tr.write_line(f"perf: {err}", red=True)
+        tr.write(terminal_table(shown, width=tr._tw.fullwidth, color=tr.hasmarkup))
+        return result
 
 
 SESSION_KEY = pytest.StashKey[PerfSession]()
