@@ -76,6 +76,14 @@ def parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected yes or no (also true/false, on/off, 1/0), got {text!r}")
 
 
+def parse_names(text: str) -> tuple[str, ...]:
+    """``buffer,stock`` -> names, in the order given, each once; an empty list is an error."""
+    names = tuple(dict.fromkeys(filter(None, (p.strip() for p in text.split(",")))))
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected names separated by commas, like 'buffer,stock', got {text!r}")
+    return names
+
+
 def parse_cpu_list(text: str) -> tuple[int, ...]:
     """``0``, ``0,1`` or ``2-5`` -> CPU ids for pinning the load client."""
     cpus: list[int] = []

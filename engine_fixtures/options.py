@@ -28,6 +28,7 @@ from engine_fixtures.option_values import (
     parse_cpu_list,
     parse_cpus_setting,
     parse_injection_text,
+    parse_names,
     parse_nonnegative_float,
     parse_percent,
     parse_positive_float,
@@ -130,6 +131,9 @@ OPTIONS: tuple[Option, ...] = (
            "Its A/A history is its own. Off by default: on one H100 host it did not shrink the engines' offsets, "
            "which were small there with it off (docs/results/h100-issue52-2026-12-07). Needs pinned engines "
            "(--perf-engine-cpus) with 6 or more cores.", parse_choice("off", "on"), "off", "off|on"),
+    Option("ab_arms", "The A/B of builds: serve only these of a test's arms (names separated by commas, e.g. 'buffer' "
+           "for the buffer copy alone, a shorter run for a pull request's budget); an arm not named is left out and "
+           "the findings say so. Default: every arm the test declares.", parse_names, None, "NAMES"),
     Option("engine_cpus", "CPUs for the engines, disjoint from the load client's: 'auto' pins on machines with 8 or "
            "more visible CPUs (the client gets the last quarter, at least 2, unless --perf-client-cpus names them), "
            "'off' pins nothing, or a list such as 0-11.", parse_cpus_setting, "auto", "auto|off|LIST"),
@@ -301,6 +305,7 @@ class Settings:
     warmup_s: float = 1.0
     ab_blocks: int = 4
     ab_stage: str = "off"
+    ab_arms: tuple[str, ...] | None = None
     engine_cpus: tuple[int, ...] | str = "auto"
     role_cpus: str = "off"
     scale: str = "smoke"

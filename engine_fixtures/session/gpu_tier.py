@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from engine_fixtures.engine.factory import EngineFactory
-from engine_fixtures.errors import NotApplicable
+from engine_fixtures.errors import ConfigError, NotApplicable
 from engine_fixtures.judge.levels import FigureResult, figure_rows
 from engine_fixtures.judge.verdicts import Verdict
 from engine_fixtures.scenarios.engine import EngineScenario
@@ -67,7 +67,7 @@ class GpuTier:
         builds = self.request.node.stash.get(AB_KEY, None)
         if builds is None:
             return self.arm(Group.launch(scenario), scenario.id)
-        group = Group.ab_of(scenario, *builds, arms=self._quota_permitted(arms))
+        group = Group.ab_of(scenario, *builds, arms=self._quota_permitted(self._selected(arms)))
         if len(group.contrasts) == 1:
             return self.check(group, group.contrasts[0])
         verdicts = [v for c in group.contrasts for v in self.check(group, c, finish=False)]
@@ -75,6 +75,20 @@ class GpuTier:
         conclude_contrast(f"{group.id}, every arm", verdicts, self.settings.strict,
                           "\n".join(profiles[c.label] for c in group.contrasts if profiles.get(c.label)))
         return verdicts
+
+    def _selected(self, arms: Sequence[Arm]) -> tuple[Arm, ...]:
+        """The arms ``--perf-ab-arms`` names (all where it is unset; a test that declares none runs its launch)."""
+        names = self.settings.ab_arms
+        if not names or not arms:
+            return tuple(arms)
+        unknown = [n for n in names if n not in {a.name for a in arms}]
+        if unknown:
+            raise ConfigError(f"--perf-ab-arms names {', '.join(unknown)}, which this test does not declare: its arms "
+                              f"are {', '.join(a.name for a in arms)} (from {self.settings.sources.get('ab_arms')})")
+        left = [a.name for a in arms if a.name not in names]
+        if left:
+            self.session.findings.append(f"the A/B left out {', '.join(left)}: --perf-ab-arms {','.join(names)}")
+        return tuple(a for a in arms if a.name in names)
 
     def _quota_permitted(self, arms: Sequence[Arm]) -> tuple[Arm, ...]:
         quota, source = self.settings.cpu_quota, self.settings.sources.get("cpu_quota", "default")

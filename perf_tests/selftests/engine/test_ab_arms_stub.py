@@ -132,3 +132,33 @@ def test_the_ab_fixture_ends_on_every_arm_and_says_which_it_left_out(pytester: p
     assert "buffer: candidate vs reference" in out
     assert "torch: candidate vs reference" in out
     assert "torch-quota: candidate" not in out
+
+
+def _tier(settings: Settings):  # type: ignore[no-untyped-def]
+    from types import SimpleNamespace
+
+    from engine_fixtures.session.gpu_tier import GpuTier
+
+    tier = GpuTier.__new__(GpuTier)
+    tier.session = SimpleNamespace(settings=settings, findings=[])
+    return tier
+
+
+DECLARED = (Arm("buffer", copy="buffer"), Arm("torch", copy="torch"), Arm("torch-quota", copy="torch", quota=1.0))
+
+
+def test_ab_arms_selects_the_named_arms_and_says_which_it_left_out() -> None:
+    """``--perf-ab-arms``: the arms named, in the test's order; those left out are a finding; unset: every arm; a
+    test that declares no arms runs its launch whatever the option names."""
+    tier = _tier(Settings(ab_arms=("torch-quota", "buffer"), sources={"ab_arms": "command line --perf-ab-arms"}))
+    assert [a.name for a in tier._selected(DECLARED)] == ["buffer", "torch-quota"]
+    assert tier.session.findings == ["the A/B left out torch: --perf-ab-arms torch-quota,buffer"]
+    assert tier._selected(()) == ()
+    assert _tier(Settings())._selected(DECLARED) == DECLARED
+
+
+def test_ab_arms_naming_an_arm_the_test_lacks_is_an_error_naming_its_arms() -> None:
+    tier = _tier(Settings(ab_arms=("bufer",), sources={"ab_arms": "PERF_AB_ARMS environment variable"}))
+    with pytest.raises(ConfigError, match=r"--perf-ab-arms names bufer, which this test does not declare: its arms "
+                                          r"are buffer, torch, torch-quota \(from PERF_AB_ARMS environment variable\)"):
+        tier._selected(DECLARED)

@@ -53,6 +53,10 @@ def test_parse_errors_name_the_values_the_help_names() -> None:
     with pytest.raises(ConfigError, match=r"expected 'auto', 'none' or a number of cores > 0, got '-1'") as info:
         options.resolve("cpu_quota", cli="-1")
     assert "None" not in str(info.value)
+    with pytest.raises(ConfigError, match=r"Invalid --perf-ab-arms ' , ' from command line --perf-ab-arms: expected "
+                                          r"names separated by commas"):
+        options.resolve("ab_arms", cli=" , ")
+    assert options.resolve("ab_arms", cli="stock, buffer,stock").value == ("stock", "buffer")
 
 
 def test_perf_baseline_errors_name_its_own_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
