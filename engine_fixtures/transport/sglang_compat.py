@@ -136,7 +136,9 @@ def buffer_copy_init(original: Callable[..., None]) -> Callable[..., None]:
             "needs both as in 0.5.16..0.5.23)", sglang_version.installed()))
     source = rewrite_copy_source(textwrap.dedent(inspect.getsource(original)))
     namespace: dict[str, Any] = {}
-    filename = f"<perf buffer copy of {code.co_filename}:{code.co_firstlineno}>"
+    # Named by module and function, never by file: two builds at different paths (an A/B's reference kept copy and
+    # the candidate) must give the profile's differential one function, not a "new" one on each side.
+    filename = f"<perf buffer copy of {original.__module__}.{original.__qualname__}>"
     exec(compile(source, filename, "exec"), original.__globals__, namespace)
     fn = namespace["__init__"]
     fn.__qualname__ = original.__qualname__

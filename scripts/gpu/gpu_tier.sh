@@ -99,6 +99,7 @@ run() {  # run NAME GUARD_S PYTEST_ARGS...: one pytest session, timed, into $WOR
     [ -d "$e" ] || continue; mkdir -p "$d/engines/$(basename "$e")"
     cp "$e/engine.log" "$d/engines/$(basename "$e")/" 2>/dev/null
     cp -r "$e/proof" "$d/engines/$(basename "$e")/" 2>/dev/null
+    cp -r "$e/profiles" "$d/engines/$(basename "$e")/" 2>/dev/null  # py-spy raw stacks, to read a differential again
   done
   rm -rf "$WORK/bt-$name"
 }
