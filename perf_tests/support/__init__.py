@@ -3,7 +3,7 @@ live under ``perf_tests``, outside the wheel, and no module of ``engine_fixtures
 
 - ``stub_engine``: SGLang's process titles and HTTP surface, for the engine fixture's CPU self-tests.
 - ``stub_server`` / ``stub_process``: a zero-work streaming chat server for the load generator's self-tests
-  and ``support.bench_vs_sglang``, and the context manager that runs it (``Supervised``).
+  and ``tools.studies.bench_vs_sglang``, and the context manager that runs it (``Supervised``).
 - ``proc_tree``: a process tree shaped like SGLang's, for the supervisor's and role map's tests.
 - ``postgres``: a throwaway PostgreSQL server from the distribution's binaries, for the run history's tests (a
   real server, not a stand-in; ``.ci/run`` starts it too).

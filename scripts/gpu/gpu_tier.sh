@@ -135,17 +135,17 @@ for step in "$@"; do
         --perf-candidate "patch:${PATCH:-slow-decode}=$ms" ${AB_ARGS:-} ;;
     transport) run transport 200 "$TIER/test_groups.py" -k transport_group ${AB_ARGS:-} ;;
     cv)
-      python3 -m perf_tests.sglang.gpu_studies.rate_study "$(ls "$(last matrix)"/results/results-*.json | tail -1)" \
+      python3 -m tools.studies.rate_study "$(ls "$(last matrix)"/results/results-*.json | tail -1)" \
         > "$WORK/logs/cv.md" 2>&1
       log "cv rc=$?"; cat "$WORK/logs/cv.md" ;;
     components)
       n=$(ls -d "$WORK"/components-* 2>/dev/null | wc -l); d="$WORK/components-$((n + 1))"
-      timeout $(( $(left) - 5 )) python3 -m perf_tests.sglang.gpu_studies.ab_study --model "${MODEL:?components needs \
+      timeout $(( $(left) - 5 )) python3 -m tools.studies.ab_study --model "${MODEL:?components needs \
 MODEL, a model directory (python3 -m engine_fixtures.model.modeldir DIR --shape qwen3-vl-4b)}" --sizes '' \
         --placements "${PLACEMENTS:-off,on}" --pairs 1 --blocks "${BLOCKS:-3}" --budget-s $(( $(left) - 120 )) \
         ${PERF_CGROUP_PARENT:+--cgroup-parent "$PERF_CGROUP_PARENT"} --out "$d" > "$WORK/logs/components-$((n + 1)).log" 2>&1
       log "components rc=$?"
-      python3 -m perf_tests.sglang.gpu_studies.components $(ls -v "$WORK"/components-*/ab_study.json) \
+      python3 -m tools.studies.components $(ls -v "$WORK"/components-*/ab_study.json) \
         --skip-first-groups "${SKIP_GROUPS:-1}" --out "$WORK" 2>&1 | tee "$WORK/logs/components.md" ;;
     *) log "unknown step $step (steps: matrix weekly smoke pool promote ab null patch transport cv components)"; exit 2 ;;
   esac

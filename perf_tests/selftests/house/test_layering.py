@@ -1,8 +1,8 @@
 """The layering rules of docs/ARCHITECTURE.md, checked against the code's own imports (every ``import``, also
 inside functions and under ``TYPE_CHECKING``): each unit imports only units on lower layers; only the entry points
 and ``session/`` import pytest; no module of the package imports ``perf_tests`` (the self-tests and their stand-ins
-in ``perf_tests.support``, which the wheel does not ship: test_wheel.py); no module imports itself through others
-(``from engine_fixtures import x`` counts as importing the package too)."""
+in ``perf_tests.support``) or ``tools`` (the lab's studies), which the wheel does not ship (test_wheel.py); no
+module imports itself through others (``from engine_fixtures import x`` counts as importing the package too)."""
 
 from __future__ import annotations
 
@@ -66,6 +66,10 @@ def violations() -> list[str]:
             if name == "perf_tests" or name.startswith("perf_tests."):
                 found.append(f"{where}:{line} imports {name}: perf_tests (perf_tests.support too) is the self-tests' "
                              "and is not shipped; product code never imports it")
+                continue
+            if name == "tools" or name.startswith("tools."):
+                found.append(f"{where}:{line} imports {name}: tools is the lab (studies run by hand) and is not "
+                             "shipped; product code never imports it")
                 continue
             if not name.startswith("engine_fixtures."):
                 continue
@@ -161,13 +165,16 @@ def test_the_check_finds_an_upward_import(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_the_check_finds_product_code_importing_the_self_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The check can fail: an engine module that imports the stub engine, by either form, is reported twice."""
+    """The check can fail: an engine module that imports the stub engine, by either form, is reported twice, and one
+    that imports a study of the lab once."""
     fake = tmp_path / "engine_fixtures"
     (fake / "engine").mkdir(parents=True)
     (fake / "engine" / "bad.py").write_text("def f():\n    from perf_tests.support import stub_engine\n"
-                                            "import perf_tests.support.stub_copy\n")
+                                            "import perf_tests.support.stub_copy\n"
+                                            "from tools.studies import ab_rejudge\n")
     monkeypatch.setitem(globals(), "PACKAGE", fake)
     found = sorted(violations())
-    assert len(found) == 2
+    assert len(found) == 3
     assert "engine/bad.py:2 imports perf_tests.support: perf_tests" in found[0]
     assert "engine/bad.py:3 imports perf_tests.support.stub_copy" in found[1]
+    assert "engine/bad.py:4 imports tools.studies: tools is the lab" in found[2]

@@ -7,7 +7,7 @@ import math
 import sys
 from pathlib import Path
 
-from perf_tests.sglang.gpu_studies import ab_rejudge
+from tools.studies import ab_rejudge
 
 runs = [ab_rejudge.load(Path(p))[1] for p in sys.argv[1:]]
 for name in ("requests_per_s", "ttft_p50_ms", "tpot_gmean_ms"):

@@ -5,7 +5,7 @@
 import sys, math
 from pathlib import Path
 import numpy as np
-from perf_tests.sglang.gpu_studies import ab_rejudge
+from tools.studies import ab_rejudge
 for p in sys.argv[1:]:
     _, windows, _, _ = ab_rejudge.load(Path(p))
     print(Path(p).name)

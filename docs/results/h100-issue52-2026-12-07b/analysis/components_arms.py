@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from engine_fixtures.store.results import ResultsFile
-from perf_tests.sglang.gpu_studies import ab_rejudge
+from tools.studies import ab_rejudge
 
 METRICS = ("requests_per_s", "ttft_p50_ms", "tpot_gmean_ms")
 

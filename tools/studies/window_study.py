@@ -1,6 +1,6 @@
 """Which window length makes the within-run spread small? One long segment per setting, cut after the fact.
 
-    python -m perf_tests.sglang.gpu_studies.window_study --model DIR --scenario cpu-copy=buffer-quota \\
+    python -m tools.studies.window_study --model DIR --scenario cpu-copy=buffer-quota \\
         --seconds 60 --lengths 0.5,1,2,3,4,6 --pin auto,off --out DIR
 
 For each CPU placement in ``--pin`` (``--perf-engine-cpus`` values) a fresh engine serves one closed-loop segment
@@ -28,7 +28,7 @@ from engine_fixtures.loadgen.records import RequestRecord
 from engine_fixtures.loadgen.stream import LoadStream, finished_in, progress_rate
 from engine_fixtures.option_values import parse_cpus_setting
 from engine_fixtures.scenarios.engine import EngineScenario
-from perf_tests.sglang.gpu_studies.ab_study import SCENARIOS, study_args, study_parser
+from tools.studies.ab_study import SCENARIOS, study_args, study_parser
 
 METRICS = ("requests_per_s", "requests_per_s_counted", "ttft_p50_ms", "tpot_p50_ms")
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from perf_tests.sglang.gpu_studies import ab_rejudge, host_drift, pool_promise
+from tools.studies import ab_rejudge, host_drift, pool_promise
 
-RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results" / "h200-issue44-2026-12-06"
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "h200-issue44-2026-12-06"
 
 
 def test_the_null_ab_judged_again_gives_the_rows_the_run_printed() -> None:

@@ -6,7 +6,7 @@ throughput over the middle 80% of completions, and the server-observed schedulin
 at C: arrival k+C minus completion k, i.e. how long a freed slot stayed empty). Each client's own
 figures are printed too.
 
-    python -m perf_tests.support.bench_vs_sglang --concurrency 256 --num-requests 4000
+    python -m tools.studies.bench_vs_sglang --concurrency 256 --num-requests 4000
 
 Needs SGLang's client in a side venv (default /work/venv-bench; see ``INSTALL``).
 """

@@ -1,6 +1,6 @@
 """Does the drift between runs follow the host's CPU? (issue 44, item 4)
 
-    python -m perf_tests.sglang.gpu_studies.host_drift RUN1/results-*.json RUN2/... [--out DIR]
+    python -m tools.studies.host_drift RUN1/results-*.json RUN2/... [--out DIR]
 
 Runs minutes apart on one H200 differed by 9 % in req/s and 13 % in TTFT while engines alive together agreed within
 2-4 % (docs/results/h200-issue36-2026-12-04b). Every window now carries the host's steal time and a fixed CPU

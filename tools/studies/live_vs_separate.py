@@ -1,9 +1,9 @@
 """Does switching arms live on one engine measure what separate launches measure? One contrast, both ways.
 
-    python3 scripts/gpu/live_vs_separate.py RESULTS.json [SEPARATE_RESULTS.json] [--group copy-pair]
+    python3 -m tools.studies.live_vs_separate RESULTS.json [SEPARATE_RESULTS.json] [--group copy-pair]
         [--reference torch --candidate buffer] [--between requests_per_s=0.043,ttft_p50_ms=0.045,tpot_p50_ms=0.031]
 
-RESULTS is a run of ``perf_tests/sglang/gpu_studies/test_live_vs_separate.py``: one fresh engine per copy arm, and
+RESULTS is a run of ``tools/studies/test_live_vs_separate.py``: one fresh engine per copy arm, and
 the live group's arms as results filed under ``.../live`` with the mirrored block of every window (the separate
 engines may also come from another results file of the same host). For each metric it
 prints the live paired ratio (candidate over reference) with its 95 % interval from the per-block effects, and the

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from engine_fixtures.judge.blocks import plan
-from perf_tests.sglang.gpu_studies import ab_study
-from perf_tests.sglang.gpu_studies.ab_study import SCENARIOS, judge_trial, main, render, study_group
+from tools.studies import ab_study
+from tools.studies.ab_study import SCENARIOS, judge_trial, main, render, study_group
 
 
 def trial_windows(rng: np.random.Generator, slow: list[float], groups: int, blocks: int):  # type: ignore[no-untyped-def]
@@ -78,7 +78,7 @@ def test_render_counts_every_size() -> None:
 
 def test_window_study_cuts_the_same_records_at_every_length() -> None:
     from engine_fixtures.loadgen.records import RequestRecord
-    from perf_tests.sglang.gpu_studies.window_study import study
+    from tools.studies.window_study import study
 
     rng = np.random.default_rng(1)
     ends = np.sort(rng.uniform(0, 12, 600))  # 50 req/s over 12 s

@@ -1,4 +1,4 @@
-"""``python -m perf_tests.sglang.gpu_studies.rate_study``: counted vs continuous req/s recomputed from the per-request
+"""``python -m tools.studies.rate_study``: counted vs continuous req/s recomputed from the per-request
 records a results file keeps, on a synthetic lockstep run (no engine)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from engine_fixtures.scenarios.segment import window_requests
 from engine_fixtures.store.results import ResultsFile, RunResult
-from perf_tests.sglang.gpu_studies.rate_study import main, rate_rows
 from perf_tests.support.lockstep import closed_loop, segment_of
+from tools.studies.rate_study import main, rate_rows
 
 C, PERIOD, WINDOW = 16, 0.65, 3.0
 

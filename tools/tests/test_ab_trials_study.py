@@ -1,4 +1,4 @@
-"""The A/B trials study (gpu_studies.ab_trials): logged instance groups are cut into trials, each judged with the A/A
+"""The A/B trials study (tools.studies.ab_trials): logged instance groups are cut into trials, each judged with the A/A
 units of the other groups only; a null candidate passes, a sized one is caught, and fewer blocks cost fewer minutes."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from perf_tests.sglang.gpu_studies.ab_trials import ab_minutes, costs, group_windows, judge_trials, null_units
-from perf_tests.sglang.gpu_studies.components import merged
+from tools.studies.ab_trials import ab_minutes, costs, group_windows, judge_trials, null_units
+from tools.studies.components import merged
 
 
 def study(rng: random.Random, groups: int, blocks: int, size: float, sd_engine: float = 0.01,

@@ -1,7 +1,7 @@
 """The window estimators, recomputed from a results file's per-request records.
 
-    python -m perf_tests.sglang.gpu_studies.rate_study RESULTS.json [--json OUT]
-    python -m perf_tests.sglang.gpu_studies.rate_study --blocks RESULTS.json [RESULTS.json ...] [--json OUT]
+    python -m tools.studies.rate_study RESULTS.json [--json OUT]
+    python -m tools.studies.rate_study --blocks RESULTS.json [RESULTS.json ...] [--json OUT]
 
 A GPU-tier result keeps the requests behind each measured window in ``metadata["requests"]`` (one entry per window,
 as ``scenarios.segment.window_requests`` writes it), so any window statistic can be recomputed on the same windows.
@@ -39,8 +39,8 @@ from engine_fixtures.errors import BaselineError
 from engine_fixtures.loadgen.stream import finished_in, progress_rate
 from engine_fixtures.scenarios.segment import stored_window
 from engine_fixtures.store.results import ResultsFile
-from perf_tests.sglang.gpu_studies.block_sd import block_sd_rows, render_blocks
-from perf_tests.sglang.gpu_studies.window_study import cv
+from tools.studies.block_sd import block_sd_rows, render_blocks
+from tools.studies.window_study import cv
 
 REQUESTS_KEY = "requests"  # RunResult.metadata: one window_requests() entry per measured window, in samples' order
 

@@ -2,10 +2,10 @@
 
 ``buffer >= torch`` under a quota of a quarter of the CPUs, the seed's 4B shape: first each copy arm on its own fresh
 engine (the arm set at launch), back-to-back windows as the per-arm design measured them; then both arms switched
-live on one engine in mirrored blocks. ``scripts/gpu/live_vs_separate.py RESULTS.json`` sets the two side by side
-(live must lie inside the separate engines' interval), and the live pair's rows are what one contrast on one engine
-promises (``catches``) from its load. Run it with ``python3 -m tox -e perf-gpu --
-perf_tests/sglang/gpu_studies/test_live_vs_separate.py --perf-repeats 10 --perf-max-repeats 10`` (about 7 minutes).
+live on one engine in mirrored blocks. ``python3 -m tools.studies.live_vs_separate RESULTS.json`` sets the two side
+by side (live must lie inside the separate engines' interval), and the live pair's rows are what one contrast on one
+engine promises (``catches``) from its load. Run it with ``python3 -m tox -e perf-gpu --
+tools/studies/test_live_vs_separate.py --perf-repeats 10 --perf-max-repeats 10`` (about 7 minutes).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """How sensitive is the A/B gate of separate engines on a real engine? Inject slowdowns of known size and count
 detections.
 
-    python -m perf_tests.sglang.gpu_studies.ab_study --model DIR --scenario cpu-copy=buffer --sizes 0,5,10,20 \
+    python -m tools.studies.ab_study --model DIR --scenario cpu-copy=buffer --sizes 0,5,10,20 \
         --pairs 3 --budget-s 540 --out DIR [--engine-cpus 0-11 --client-cpus 12-15] [--patch slow-decode]
-    python -m perf_tests.sglang.gpu_studies.ab_study --model DIR --sizes '' --placements off,on --pairs 5 \
+    python -m tools.studies.ab_study --model DIR --sizes '' --placements off,on --pairs 5 \
         --blocks 6 --out DIR          # variance components of fresh engines, per-role pinning off and on
 
 With ``--placements off,on`` every instance group holds one engine per placement (per-role pinning,
@@ -65,7 +65,7 @@ from engine_fixtures.scenarios.load import SessionLoad
 from engine_fixtures.scenarios.segment import SegmentPlan, measure_segment
 from engine_fixtures.scenarios.timeline import Timeline
 from engine_fixtures.sglang_plugin.patches import TARGETS as PATCHES
-from perf_tests.sglang.gpu_studies.components import show
+from tools.studies.components import show
 
 PATCH_ENV = "PATCH"  # the named patch the candidates carry, unless --patch says
 PATCH = "slow-decode"  # the default patch of the candidates (--patch, $PATCH)

@@ -7,7 +7,7 @@ of the measured TPOT). Every A/A contrast must pass and every patched one must b
 TPOT effect (patched over zero, per block) must be within half and one and a half times its nominal size, so an A/B
 may rely on the size (``slow-scheduler``'s CPU spin realised -0.6 % and +8.7 % for a nominal 15 % on the H200: the
 overlapped scheduler hides it). The test prints the trials and fails on any miss, false alarm or size off its
-nominal. Run it with ``python3 -m tox -e perf-gpu -- perf_tests/sglang/gpu_studies/test_live_gate.py`` (about 6
+nominal. Run it with ``python3 -m tox -e perf-gpu -- tools/studies/test_live_gate.py`` (about 6
 minutes on the 4B shape; ``PATCH=slow-scheduler`` for the CPU spin).
 """
 

@@ -1,6 +1,6 @@
 """Draw the seed's figures again from results JSONs: one sheet of every figure whose groups the runs measured.
 
-    python scripts/gpu/seed_figures.py OUT_DIR RESULTS.json [RESULTS.json ...]
+    python -m tools.studies.seed_figures OUT_DIR RESULTS.json [RESULTS.json ...]
 
 A runner whose per-call time limit splits the matrix into parts (``K=...`` in ``gpu_tier.sh``) gets each part's
 figures in that part's report; this puts them on one sheet (``OUT_DIR/seed-figures.png``, one PNG per figure

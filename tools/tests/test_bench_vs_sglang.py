@@ -1,4 +1,4 @@
-"""Proof of speed (short version of ``python -m perf_tests.support.bench_vs_sglang``): >= 3x the
+"""Proof of speed (short version of ``python -m tools.studies.bench_vs_sglang``): >= 3x the
 requests/s of sglang.bench_serving against the same zero-work stub, judged from the stub's side, in one
 interleaved run."""
 
@@ -9,7 +9,7 @@ import os
 import pytest
 from rich.console import Console
 
-from perf_tests.support.bench_vs_sglang import compare, parse_args, side_venv_problem
+from tools.studies.bench_vs_sglang import compare, parse_args, side_venv_problem
 
 
 @pytest.mark.slow

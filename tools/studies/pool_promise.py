@@ -1,7 +1,7 @@
 """What a pool of K runs of the GPU tier promises, from K real runs of one host (issue 44): the arms' ``rel.*`` rows
 (each arm over its live group's control, in the same blocks) beside the levels.
 
-    python -m perf_tests.sglang.gpu_studies.pool_promise RUN1/results-*.json RUN2/... [--skip-first 1] [--out DIR]
+    python -m tools.studies.pool_promise RUN1/results-*.json RUN2/... [--skip-first 1] [--out DIR]
 
 Each results file is one pytest session (one run: a fresh engine, minutes after the one before). Per arm and gated
 metric, on the judged scale (log: an sd reads as a CV): the spread of the run means, what a pool of K = 3, 5 and 10
@@ -26,7 +26,7 @@ from rich.table import Table
 from engine_fixtures.judge.blocks import ratios_by_block
 from engine_fixtures.judge.metrics import REL_PREFIX, metric
 from engine_fixtures.store.results import BLOCK_KEY, SAMPLE_WINDOWS_KEY
-from perf_tests.sglang.gpu_studies.components import POOL_SIZES, leave_one_out, pool_promises
+from tools.studies.components import POOL_SIZES, leave_one_out, pool_promises
 
 LEVELS = ("requests_per_s", "ttft_p50_ms", "tpot_gmean_ms")
 METRICS = (*LEVELS, *(REL_PREFIX + m for m in LEVELS))

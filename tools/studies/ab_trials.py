@@ -1,7 +1,7 @@
 """The A/B trials of one or more ``ab_study`` runs, judged after the fact as the default A/B judges at its first look,
 with this host's A/A history (issue 36).
 
-    python -m perf_tests.sglang.gpu_studies.ab_trials CALL1/ab_study.json [CALL2/ab_study.json ...] \\
+    python -m tools.studies.ab_trials CALL1/ab_study.json [CALL2/ab_study.json ...] \\
         [--pairs 2] [--blocks 2,4] [--skip-first-groups 0] [--out DIR]
 
 ``ab_study --sizes 0,10`` starts instance groups one after another (the reference, a size-0 candidate and a sized
@@ -36,8 +36,8 @@ from rich.console import Console
 
 from engine_fixtures.judge.decide import NullSample
 from engine_fixtures.scenarios.blocks_run import ArmWindows, unit_effects
-from perf_tests.sglang.gpu_studies.ab_study import JUDGED, REFERENCE, SCENARIOS, judge_trial, render, study_group
-from perf_tests.sglang.gpu_studies.components import merged
+from tools.studies.ab_study import JUDGED, REFERENCE, SCENARIOS, judge_trial, render, study_group
+from tools.studies.components import merged
 
 Groups = list[dict[str, list[dict[str, float]]]]  # per instance group: arm -> its windows' values, in order
 

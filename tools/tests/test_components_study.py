@@ -1,4 +1,4 @@
-"""The variance-components study (gpu_studies.components): known components are recovered from a logged design,
+"""The variance-components study (tools.studies.components): known components are recovered from a logged design,
 engines of one build judged against a pool of the others raise no alarm, and the slow-TPOT share tells an
 instance's own share from one coin for all."""
 
@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from perf_tests.sglang.gpu_studies.components import components, slow_share
+from tools.studies.components import components, slow_share
 
 
 def design(rng: random.Random, engines: int, sd_engine: float, sd_visit: float, sd_window: float,
@@ -74,7 +74,7 @@ def test_the_slow_tpot_share_of_an_instance_is_told_from_one_coin() -> None:
 def test_reports_of_two_calls_merge_with_their_engines_told_apart(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import json
 
-    from perf_tests.sglang.gpu_studies.components import components_report, merged
+    from tools.studies.components import components_report, merged
     for i in range(2):
         log = design(random.Random(i), 3, 0.03, 0.01, 0.01)
         (tmp_path / f"{i}.json").write_text(json.dumps({"scenario": "cpu-copy=buffer", "windows": log,

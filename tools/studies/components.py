@@ -1,6 +1,6 @@
 """Variance components of fresh engines of one build, and what a pool of them promises (issue 36).
 
-    python -m perf_tests.sglang.gpu_studies.components OUT/ab_study.json [MORE.json ...] [--out DIR]
+    python -m tools.studies.components OUT/ab_study.json [MORE.json ...] [--out DIR]
 
 reads the window logs of one or more ``ab_study`` runs (several device calls on one host: their engines are told
 apart by file) and prints the tables below; ``--out`` also writes ``components.json``.
