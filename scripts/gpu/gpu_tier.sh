@@ -52,6 +52,8 @@
 #              Scheduler.run_batch, stays selectable: the overlap hides much of it)
 #   K          a pytest -k expression applied to every step: a part of a step (e.g. K="cpu-quota or 2x2")
 #   AB_K       the A/B steps' -k (default build_ab: both A/B groups; build_ab_cpu or build_ab_cuda_ipc: one)
+#   AB_BLOCKS  the ab, null and patch steps' --perf-ab-blocks (default 2, as tox's perf-gpu and perf-gpu-ab run it: the A/A history
+#              pools only entries of equal blocks, so a step measured otherwise grows a history they never read)
 #   OUT        if set, everything in $WORK is packed into $OUT/gpu-tier.tgz at the end (with $BASELINES)
 # No step writes a pool unless it is `pool`. Exit status: the last failed step's pytest status, else 0.
 set -uo pipefail
@@ -106,6 +108,7 @@ run() {  # run NAME GUARD_S PYTEST_ARGS...: one pytest session, timed, into $WOR
 last() { ls -d "$WORK/$1"-* 2>/dev/null | sort -V | tail -1; }
 TIER=perf_tests/sglang/gpu_tier
 AB_K=${AB_K:-build_ab}  # the A/B steps' tests: both A/B groups (the cpu launch's arms, cuda_ipc); one: build_ab_cpu
+ABB="--perf-ab-blocks ${AB_BLOCKS:-2}"  # before AB_ARGS, which may still name other blocks: pytest keeps the last
 patch_ms() {  # PATCH_PCT % of the reference build's TPOT (geometric mean) in the newest null or ab run
   python3 - "$(ls -t "$WORK"/null-*/results/results-*.json "$WORK"/ab-*/results/results-*.json 2>/dev/null | head -1)" \
     "${PATCH_PCT:-10}" <<'PY'
@@ -126,13 +129,13 @@ for step in "$@"; do
       python3 -m engine_fixtures.cli reference promote \
         "${PROMOTE:-site:${SITE:?promote needs PROMOTE=venv:DIR|site:DIR|wheel:FILE or SITE}}" --baseline-dir "$BASELINES" --reason "gpu_tier.sh promote $(date -u +%FT%TZ)" 2>&1 | tee "$WORK/logs/promote.log"
       log "promote rc=${PIPESTATUS[0]}" ;;
-    ab) run ab "${AB_GUARD_S:-360}" "$TIER/test_groups.py" -k "$AB_K" --perf-reference stored ${AB_ARGS:-} ;;
-    null) run null "${AB_GUARD_S:-360}" "$TIER/test_groups.py" -k "$AB_K" --perf-reference installed ${AB_ARGS:-} ;;
+    ab) run ab "${AB_GUARD_S:-360}" "$TIER/test_groups.py" -k "$AB_K" --perf-reference stored $ABB ${AB_ARGS:-} ;;
+    null) run null "${AB_GUARD_S:-360}" "$TIER/test_groups.py" -k "$AB_K" --perf-reference installed $ABB ${AB_ARGS:-} ;;
     patch)
       ms=${PATCH_MS:-$(patch_ms)} || { log "patch: no null or ab run to size the patch from (or give PATCH_MS)"; continue; }
       log "patch: ${PATCH:-slow-decode}=$ms ms (${PATCH_PCT:-10} % of the reference TPOT) against ${REF:-stored}"
       run patch "${AB_GUARD_S:-540}" "$TIER/test_groups.py" -k "$AB_K" --perf-reference "${REF:-stored}" \
-        --perf-candidate "patch:${PATCH:-slow-decode}=$ms" ${AB_ARGS:-} ;;
+        --perf-candidate "patch:${PATCH:-slow-decode}=$ms" $ABB ${AB_ARGS:-} ;;
     transport) run transport 200 "$TIER/test_groups.py" -k transport_group ${AB_ARGS:-} ;;
     cv)
       python3 -m tools.studies.rate_study "$(ls "$(last matrix)"/results/results-*.json | tail -1)" \
