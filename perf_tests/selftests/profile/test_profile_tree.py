@@ -40,8 +40,12 @@ def test_ab_differential_names_the_injected_spin_in_the_scheduler(work_tree, tmp
     assert top.share > 0.5, render.top_text(diffs.values())
     # 4 ms of spin per request is ~4 ms of Python CPU per request, within sampling and scheduling error
     assert 0.002 < top.change_s < 0.008, top.change_s
-    # the detokenizer did not change much: its change is a small fraction of the scheduler's
-    assert abs(diffs["detokenizer"].change_s) < 0.5 * diffs["scheduler"].change_s
+    # no function of another role grew like the injected one, so the spin is what the differential names first. A
+    # role's net total is no measure of that: a spinning scheduler polls its pipe less, and the detokenizer's cost per
+    # request follows the batches it is sent, so on a busy 2-core box either total moved by 1-3 ms/request (two CI
+    # runs: the scheduler's net -0.98 with its spin at the top, the detokenizer's -2.56 and +1.29)
+    others = [g for role, d in diffs.items() if role != "scheduler" for g in d.growers(1)]
+    assert all(g.change_s < 0.5 * top.change_s for g in others), render.top_text(diffs.values())
 
     book = ProfileBook()
     book.add(["scn"], "candidate minus reference", list(diffs.values()), ())
